@@ -1,0 +1,81 @@
+"""The algorithm contract (STYLE.md §"What that means here", 1): a factory returning pure functions.
+
+``init(key, federation, hyper) -> state`` and
+``round(key, state, federation, hyper, t) -> (state, RoundMetrics)``, plus
+``deployed(state) -> (params, stacked)`` naming the model(s) evaluated on the
+clients' validation and test splits. States are frozen ``flax.struct`` classes.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from fedjax_sim.data.federation import Federation
+
+
+@struct.dataclass
+class RoundMetrics:
+  """What every round reports (one value per round in the history)."""
+
+  bytes: jax.Array  # [] bytes exchanged this round (SPEC §3.4)
+  train_loss: jax.Array  # [] mean local training loss over clients that trained
+  rest_fraction: jax.Array  # [] fraction of clients that exchanged nothing this round
+  mean_partners: jax.Array  # [] E|P_i|: mean number of partners (star: 1 for a participant)
+  active: jax.Array  # [] 1.0 if the round did work (0 after early stopping)
+
+
+class Algorithm(NamedTuple):
+  """A federated algorithm as pure functions.
+
+  Attributes:
+    name: registry name.
+    init: ``(key, federation, hyper) -> state``.
+    round: ``(key, state, federation, hyper, t) -> (state, RoundMetrics)``; ``t`` is
+      the 1-based round index (a traced int32).
+    deployed: ``state -> (params, stacked)``: the evaluated model; ``stacked`` (a
+      Python bool) says whether params carry a leading client axis.
+    prepare: ``federation -> federation`` applied once, outside the compiled
+      program (Centralized pools the train splits); identity for most methods.
+    sent_params: parameters one client sends per exchange (for byte accounting).
+    federated: False for reference rows that exchange no models (Centralized).
+  """
+
+  name: str
+  init: Callable
+  round: Callable
+  deployed: Callable
+  prepare: Callable = lambda federation: federation
+  sent_params: int = 0
+  federated: bool = True
+
+
+def weighted_average(stacked, weights: jax.Array):
+  """Σ_i w_i θ_i / Σ_i w_i over the leading client axis (FedAvg's n-weighted mean, McMahan et al. 2017)."""
+  w = weights.astype(jnp.float32)
+  w = w / jnp.sum(w)
+  return jax.tree_util.tree_map(lambda a: jnp.tensordot(w, a, axes=1), stacked)
+
+
+def broadcast_clients(tree, num_clients: int):
+  """Stacks one pytree ``num_clients`` times on a new leading axis."""
+  return jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (num_clients,) + a.shape), tree)
+
+
+def tree_sub(a, b):
+  return jax.tree_util.tree_map(jnp.subtract, a, b)
+
+
+def tree_add(a, b):
+  return jax.tree_util.tree_map(jnp.add, a, b)
+
+
+def tree_scale(a, s):
+  return jax.tree_util.tree_map(lambda x: x * s, a)
+
+
+def tree_vdot(a, b) -> jax.Array:
+  """Σ over leaves of elementwise products (inner product of flattened pytrees)."""
+  return sum(jnp.vdot(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))

@@ -1,0 +1,162 @@
+"""Server-based ("star") baselines of paper 000 Table 1 (SPEC §3.3): FedAvg, FedProx, FedDyn, MOON.
+
+Every round all centers start from the global model, train locally (2 epochs,
+SPEC §3.1) with the method's regularizer, and the server aggregates with the
+n-weighted mean (McMahan et al. 2017). Bytes: 2·|W|·4 per client per round
+(upload + download, SPEC §3.4).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, tree_sub,
+                                        tree_vdot, weighted_average)
+from fedjax_sim.engine.local import local_train
+from fedjax_sim.metrics import star_round_bytes
+from fedjax_sim.models import Model, num_params
+
+
+@struct.dataclass
+class StarState:
+  global_params: Any  # the server model θ^t
+  client: Any  # [C, ...] per-client algorithm state (FedDyn: ∇L_k term; MOON: previous local model) or None
+  server: Any  # server-side extra state (FedDyn: h) or None
+
+
+# --- regularizers: reg(params, apply_fn, x, mask, rng, shared, own, hyper) -------------------------
+
+
+def sq_dist(a, b) -> jax.Array:
+  """‖a − b‖² over all leaves."""
+  d = tree_sub(a, b)
+  return tree_vdot(d, d)
+
+
+def fedprox_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
+  """FedProx proximal term μ/2 ‖θ − θ_global‖² (Li et al. 2020, eq. 2; SPEC §3.3: μ = 0.01)."""
+  return 0.5 * hyper.prox_mu * sq_dist(params, shared)
+
+
+def feddyn_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
+  """FedDyn local objective terms −⟨∇L_k(θ_k^{t−1}), θ⟩ + α/2 ‖θ − θ^{t−1}‖² (Acar et al. 2021, Alg. 1)."""
+  return -tree_vdot(own, params) + 0.5 * hyper.dyn_alpha * sq_dist(params, shared)
+
+
+def _cosine(a, b):
+  na = jnp.linalg.norm(a, axis=-1)
+  nb = jnp.linalg.norm(b, axis=-1)
+  return jnp.sum(a * b, axis=-1) / jnp.maximum(na * nb, 1e-8)
+
+
+def moon_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
+  """MOON model-contrastive loss μ·ℓ_con (Li, He & Song 2021, eq. 3) on the 64-d representation.
+
+  ℓ_con = −log( e^{sim(z, z_glob)/τ} / (e^{sim(z, z_glob)/τ} + e^{sim(z, z_prev)/τ}) ), sim = cosine,
+  z from the model being trained (with its dropout mask for this batch), z_glob
+  from the round's global model, z_prev from this client's previous local model;
+  the two fixed models run without dropout (decision: SPEC is silent).
+  SPEC §3.3: μ = 1, τ = 0.5.
+  """
+  k_drop = rng
+  _, z = apply_fn(params, x, True, k_drop)
+  _, z_glob = apply_fn(shared, x, False, None)
+  _, z_prev = apply_fn(own, x, False, None)
+  z_glob = jax.lax.stop_gradient(z_glob)
+  z_prev = jax.lax.stop_gradient(z_prev)
+  tau = hyper.moon_temperature
+  pos = _cosine(z, z_glob) / tau
+  neg = _cosine(z, z_prev) / tau
+  l_con = -pos + jnp.logaddexp(pos, neg)
+  return hyper.moon_mu * jnp.sum(jnp.where(mask, l_con, 0.0)) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+# --- the family ----------------------------------------------------------------------------------
+
+def _star(name: str, model: Model, client_update, init_client, post) -> Algorithm:
+  """Shared skeleton: local training from θ^{t−1}, then ``post`` aggregates."""
+  num_params_sent = num_params(jax.eval_shape(model.init, jax.random.key(0)))
+
+  def init(key, federation, hyper):
+    params = model.init(key)
+    client, server = init_client(params, federation)
+    return StarState(global_params=params, client=client, server=server)
+
+  def round_fn(key, state, federation, hyper, t):
+    res = local_train(client_update, key, state.global_params, federation, shared=state.global_params,
+                      own=state.client, hyper=hyper, learner=hyper.learner, params_stacked=False)
+    new_state = post(state, res.params, federation, hyper)
+    c = federation.num_clients
+    metrics = RoundMetrics(
+        bytes=jnp.asarray(star_round_bytes(c, num_params_sent), jnp.float32),
+        train_loss=jnp.mean(res.loss), rest_fraction=jnp.asarray(0.0), mean_partners=jnp.asarray(1.0),
+        active=jnp.asarray(1.0))
+    return new_state, metrics
+
+  return Algorithm(name=name, init=init, round=round_fn, deployed=lambda s: (s.global_params, False),
+                   sent_params=num_params_sent)
+
+
+def _no_client_state(params, federation):
+  return None, None
+
+
+def _fedavg_post(state, client_params, federation, hyper):
+  return state.replace(global_params=weighted_average(client_params, federation.n_train))
+
+
+def fedavg(model: Model, client_update) -> Algorithm:
+  """FedAvg (McMahan et al. 2017): θ^t = Σ_k n_k θ_k^t / Σ_k n_k over all centers every round."""
+  return _star("fedavg", model, client_update, _no_client_state, _fedavg_post)
+
+
+def fedprox(model: Model, client_update) -> Algorithm:
+  """FedProx (Li et al. 2020): FedAvg whose local loss adds μ/2‖θ − θ^{t−1}‖²; pass a
+  ``client_update`` built with :func:`fedprox_regularizer`."""
+  return _star("fedprox", model, client_update, _no_client_state, _fedavg_post)
+
+
+def feddyn(model: Model, client_update) -> Algorithm:
+  """FedDyn (Acar et al. 2021, Algorithm 1) with full participation.
+
+  Client k minimizes L_k(θ) − ⟨g_k, θ⟩ + α/2‖θ − θ^{t−1}‖² (``client_update`` built
+  with :func:`feddyn_regularizer`), then g_k ← g_k − α(θ_k^t − θ^{t−1});
+  server h ← h − α Σ_k w_k (θ_k^t − θ^{t−1}); θ^t = Σ_k w_k θ_k^t − h/α.
+  Decision (SPEC names only α = 0.01): the averages use the n-weights w_k = n_k/Σn
+  of FedAvg, as the authors' reference code weights clients by data size, so
+  the rows of Table 1 differ only in their regularizers.
+  """
+
+  def init_client(params, federation):
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    return broadcast_clients(zeros, federation.num_clients), zeros
+
+  def post(state, client_params, federation, hyper):
+    alpha = hyper.dyn_alpha
+    delta = jax.tree_util.tree_map(lambda c, g: c - g[None], client_params, state.global_params)
+    grads = jax.tree_util.tree_map(lambda g, d: g - alpha * d, state.client, delta)
+    mean_delta = weighted_average(delta, federation.n_train)
+    h = jax.tree_util.tree_map(lambda h, d: h - alpha * d, state.server, mean_delta)
+    avg = weighted_average(client_params, federation.n_train)
+    glob = jax.tree_util.tree_map(lambda a, h: a - h / alpha, avg, h)
+    return StarState(global_params=glob, client=grads, server=h)
+
+  return _star("feddyn", model, client_update, init_client, post)
+
+
+def moon(model: Model, client_update) -> Algorithm:
+  """MOON (Li, He & Song 2021): FedAvg with the model-contrastive local loss
+  (``client_update`` built with :func:`moon_regularizer`); each client keeps its
+  previous local model, initially the global initialization."""
+
+  def init_client(params, federation):
+    return broadcast_clients(params, federation.num_clients), None
+
+  def post(state, client_params, federation, hyper):
+    return StarState(global_params=weighted_average(client_params, federation.n_train),
+                     client=client_params, server=None)
+
+  return _star("moon", model, client_update, init_client, post)
