@@ -48,7 +48,7 @@ class LearnerConfig:
   batch_size: int = 128  # local minibatch size
   local_epochs: int = 2  # local epochs per round
   local_steps: int = 0  # if > 0, every client takes exactly this many steps per round instead of epochs
-  num_buckets: int = 4  # size buckets for ragged clients (SPEC §1); more = less padding, more compile time
+  num_buckets: int = 6  # size buckets for ragged clients (SPEC §1); more = less padding, more compile time
 
 
 @dataclasses.dataclass(frozen=True)

@@ -91,10 +91,21 @@ _ADM_LOC = np.array([
 ])
 _RACE = np.array([0.64, 0.12, 0.04, 0.03, 0.17])
 
+INTERACTION_WEIGHT = 0.75  # calibrated: weight of each pairwise interaction term
+UNIVARIATE_WEIGHT = 0.3  # calibrated: scale of the single-factor risk terms
+# Mortality log-odds weight of each risk term in ``_draw_patients`` (before the unit multipliers).
+_TERM_WEIGHT = np.array([0.6, 0.32, 0.18, 1.8, 1.2, 1.6, 1.4, 0.8, 1.6, 1.2, 0.4]) * UNIVARIATE_WEIGHT
+_TERM_WEIGHT = np.concatenate([_TERM_WEIGHT, INTERACTION_WEIGHT * np.ones(4)])
+UNIT_SHIFT_SD = 0.6  # calibrated: sd of the per-unit multipliers of the risk-term weights (concept shift)
+
+
+def _unit_term_multipliers() -> np.ndarray:
+  """Fixed ``[units, terms]`` multipliers ~ N(1, UNIT_SHIFT_SD²), the same for every data seed."""
+  return np.random.default_rng(20260501).normal(1.0, UNIT_SHIFT_SD, (len(CARE_UNITS), len(_TERM_WEIGHT)))
+
+
 SIGNAL_SCALE = 1.0  # calibrated: multiplies every non-intercept term of the mortality log-odds
-ACUITY_WEIGHT = 0.6  # calibrated: log-odds per unit of latent acuity
-NONLINEAR_WEIGHT = 2.0  # calibrated: weight of the non-linear vital derangement terms
-VITAL_ACUITY_SCALE = 0.6  # calibrated: how strongly the vitals reveal the latent acuity
+VITAL_ACUITY_SCALE = 0.35  # calibrated: how strongly the vitals reveal the latent acuity
 DRIFT_SD = 0.02  # per-window random-walk step of a unit's mean acuity (slow within-unit drift)
 CELL_SIZE_SIGMA = 0.7  # lognormal noise of cell sizes (many small centers)
 WINDOW_BELL_SD = 20.0  # years: sd of the bell over windows of the shifted admission years
@@ -123,6 +134,12 @@ def _one_hot(rng, probs, n):
 
 def _sigmoid(z):
   return 1.0 / (1.0 + np.exp(-z))
+
+
+def _zc(values: np.ndarray) -> np.ndarray:
+  """z-score within the cell (center) being drawn: the scale a model sees after the
+  per-center standardization of SPEC §2.1, so a product of two has no marginal signal."""
+  return (values - values.mean()) / max(float(values.std()), 1e-6)
 
 
 def _draw_patients(rng: np.random.Generator, unit: int, n: int, acuity_mean: float, year_pos: float):
@@ -157,18 +174,29 @@ def _draw_patients(rng: np.random.Generator, unit: int, n: int, acuity_mean: flo
 
   # Mortality log-odds without the unit intercept (non-linear in the vitals).
   hr, sbp_min, rr, spo2_min, temp = mean[:, 0], lo[:, 1], mean[:, 4], lo[:, 5], mean[:, 6]
-  signal = (ACUITY_WEIGHT * acuity
-            + 0.32 * (age - 65.0) / 10.0
-            + 0.18 * charlson @ _CHARLSON_WEIGHT
-            + NONLINEAR_WEIGHT * (
-                0.9 * _sigmoid((90.0 - sbp_min) / 6.0)
-                + 0.6 * _sigmoid((hr - 110.0) / 6.0)
-                + 0.8 * _sigmoid((90.0 - spo2_min) / 2.0)
-                + 0.7 * np.abs(temp - 36.9) / 0.8
-                + 0.4 * _sigmoid((rr - 26.0) / 3.0)
-                + 0.8 * _sigmoid((age - 75.0) / 4.0) * _sigmoid((100.0 - sbp_min) / 6.0)
-                + 0.6 * charlson[:, 8] * charlson[:, 10])
-            + 0.3 * adm_type[:, 0] - 0.5 * adm_type[:, 2])
+  terms = np.stack([
+      acuity,
+      (age - 65.0) / 10.0,
+      charlson @ _CHARLSON_WEIGHT,
+      _sigmoid((90.0 - sbp_min) / 6.0),
+      _sigmoid((hr - 110.0) / 6.0),
+      _sigmoid((90.0 - spo2_min) / 2.0),
+      np.abs(temp - 36.9) / 0.8,
+      _sigmoid((rr - 26.0) / 3.0),
+      _sigmoid((age - 75.0) / 4.0) * _sigmoid((100.0 - sbp_min) / 6.0),
+      charlson[:, 8] * charlson[:, 10],
+      adm_type[:, 0] - adm_type[:, 2],
+      # Pairwise interactions of within-center standardized vitals and age: no
+      # marginal signal in either factor, so they take many samples to learn
+      # (what separates a pooled model from small local ones).
+      _zc(hr) * _zc(temp),
+      -_zc(sbp_min) * _zc(age),
+      -_zc(rr) * _zc(spo2_min),
+      _zc(hr) * _zc(age),
+  ], axis=1)
+  # Concept shift between units (SPEC §2.1 heterogeneity): each unit weighs the
+  # same risk factors differently (e.g. hypotension matters more in the CVICU).
+  signal = terms @ (_TERM_WEIGHT * _unit_term_multipliers()[unit])
   x = np.concatenate([age[:, None], gender[:, None], race, adm_type, adm_loc, insurance, charlson, vit],
                      axis=1).astype(np.float32)
   return x, charlson, SIGNAL_SCALE * signal

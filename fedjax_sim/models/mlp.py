@@ -13,6 +13,42 @@ import jax.numpy as jnp
 LAYER_NAMES = ("hidden_0", "hidden_1", "head")
 
 
+def hash_uniform_bits(seed: jax.Array, shape) -> jax.Array:
+  """``uint32`` pseudo-random bits of ``shape`` from one ``uint32`` seed, by a counter hash.
+
+  Element ``i`` is murmur3's 32-bit finalizer (fmix32) applied to
+  ``seed + i·0x9E3779B9`` (a Weyl sequence), the construction of SplitMix-style
+  counter generators. It costs a handful of integer ops per element, against
+  threefry's ~20 rounds: on 2 CPU cores threefry dropout masks were 40 % of a
+  FedAvg round. Only dropout masks use it; everything else uses ``jax.random``.
+  """
+  n = math.prod(shape)
+  h = seed.astype(jnp.uint32) + jnp.arange(n, dtype=jnp.uint32) * jnp.uint32(0x9E3779B9)
+  h = h ^ (h >> 16)
+  h = h * jnp.uint32(0x85EBCA6B)
+  h = h ^ (h >> 13)
+  h = h * jnp.uint32(0xC2B2AE35)
+  h = h ^ (h >> 16)
+  return h.reshape(shape)
+
+
+class HashDropout(nn.Module):
+  """Inverted dropout (as ``flax.linen.Dropout``: zero with probability ``rate``, scale the
+  rest by 1/(1−rate)) whose mask bits come from :func:`hash_uniform_bits`, seeded by one
+  ``jax.random.bits`` draw from the ``'dropout'`` rng stream per call."""
+
+  rate: float
+
+  @nn.compact
+  def __call__(self, x: jax.Array, *, deterministic: bool) -> jax.Array:
+    if deterministic or self.rate == 0.0:
+      return x
+    seed = jax.random.bits(self.make_rng("dropout"), (), jnp.uint32)
+    threshold = jnp.uint32(min(int(round(self.rate * 2.0**32)), 2**32 - 1))
+    keep = hash_uniform_bits(seed, x.shape) >= threshold
+    return jnp.where(keep, x / (1.0 - self.rate), 0.0)
+
+
 class MLP(nn.Module):
   """Binary classifier returning ``(logit, representation)``.
 
@@ -36,7 +72,7 @@ class MLP(nn.Module):
     for i, width in enumerate(self.hidden):
       h = nn.relu(nn.Dense(width, name=f"hidden_{i}")(h))
       rep = h
-      h = nn.Dropout(self.dropout, deterministic=not train)(h)
+      h = HashDropout(self.dropout)(h, deterministic=not train)
     logit = nn.Dense(1, name="head")(h)[..., 0]
     return logit, rep
 
