@@ -91,12 +91,12 @@ _ADM_LOC = np.array([
 ])
 _RACE = np.array([0.64, 0.12, 0.04, 0.03, 0.17])
 
-INTERACTION_WEIGHT = 0.75  # calibrated: weight of each pairwise interaction term
+INTERACTION_WEIGHT = 1.25  # calibrated: weight of each pairwise interaction term
 UNIVARIATE_WEIGHT = 0.3  # calibrated: scale of the single-factor risk terms
 # Mortality log-odds weight of each risk term in ``_draw_patients`` (before the unit multipliers).
 _TERM_WEIGHT = np.array([0.6, 0.32, 0.18, 1.8, 1.2, 1.6, 1.4, 0.8, 1.6, 1.2, 0.4]) * UNIVARIATE_WEIGHT
 _TERM_WEIGHT = np.concatenate([_TERM_WEIGHT, INTERACTION_WEIGHT * np.ones(4)])
-UNIT_SHIFT_SD = 0.6  # calibrated: sd of the per-unit multipliers of the risk-term weights (concept shift)
+UNIT_SHIFT_SD = 0.8  # calibrated: sd of the per-unit multipliers of the risk-term weights (concept shift)
 
 
 def _unit_term_multipliers() -> np.ndarray:
