@@ -68,6 +68,30 @@ class MoonConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ABPSConfig:
+  """ABPS (paper 000 §4, Algorithm 1; SPEC §3.2). Method presets (abps_p, abps_x, ...) set some
+  of these first; ``--set abps.FIELD=...`` is applied after the preset."""
+
+  kappa: int = 3  # κ, the most partners per center
+  epsilon: float = 0.1  # ε-greedy swap probability
+  gamma: float = 1.4142135623730951  # UCB exploration weight γ = √2 (SPEC §3.2 step 3)
+  tau_acc: float = 0.5  # acceptance threshold τ_acc on the receiver's UCB
+  alpha0: float = 1.0  # Beta prior α0
+  beta0: float = 1.0  # Beta prior β0
+  phi_min: float = -0.1  # Shapley clip range lower end (eq. 5)
+  phi_max: float = 0.1  # Shapley clip range upper end (eq. 5)
+  goal: str = "none"  # goal-aware filter: none, homogeneity, diversity, alignment
+  metadata: str = "base"  # metadata vector: base (3-dim) or goal (15-dim)
+  keep_fraction: float = 0.25  # fraction of ordered pairs the goal filter keeps (τ_sim calibration)
+  head_layers: int = 0  # personalized head layers kept local: 0, 1 or 2
+  wire: str = "fp32"  # wire format of sent parameters: fp32 or bf16
+  momentum: float = 0.0  # β of the momentum on each center's aggregation delta (ABPS-X: 0.5)
+  early_stopping_patience: int = 0  # rounds without a better mean val AUROC before stopping (0 = off)
+  exact_shapley_max: int = 5  # exact Shapley when κ ≤ this, else truncated Monte Carlo
+  tmc_permutations: int = 8  # B, truncated Monte Carlo permutations
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
   """One experiment: which methods, how long, which seeds, on which data."""
 
@@ -80,6 +104,9 @@ class ExperimentConfig:
   fedprox: FedProxConfig = FedProxConfig()
   feddyn: FedDynConfig = FedDynConfig()
   moon: MoonConfig = MoonConfig()
+  abps: ABPSConfig = ABPSConfig()
+  reference_rounds: int = 0  # R_ref of the bandwidth ratio (SPEC §3.4); 0 = the run's rounds
+  overrides: tuple = ()  # the user's --set pairs, re-applied after each method's preset (set by the CLI)
 
 
 # --- validation ----------------------------------------------------------------------------------
@@ -88,6 +115,9 @@ _SECTIONS = {f.name: f.type for f in dataclasses.fields(ExperimentConfig) if dat
 _CHOICES = {
     ("data", "source"): ("synthetic", "mimic", "csv"),
     ("data", "partition"): ("natural", "iid", "dirichlet"),
+    ("abps", "goal"): ("none", "homogeneity", "diversity", "alignment"),
+    ("abps", "metadata"): ("base", "goal"),
+    ("abps", "wire"): ("fp32", "bf16"),
 }
 
 
@@ -101,7 +131,7 @@ def valid_keys() -> list:
   for f in dataclasses.fields(ExperimentConfig):
     if f.name in _SECTIONS:
       keys += [f"{f.name}.{g.name}" for g in dataclasses.fields(_section_class(f.name))]
-    else:
+    elif f.name != "overrides":
       keys.append(f.name)
   return keys
 
@@ -150,7 +180,7 @@ def apply_overrides(config: ExperimentConfig, overrides: dict) -> ExperimentConf
       default = getattr(getattr(config, sec), field)
       sections.setdefault(sec, {})[field] = _coerce(key, value, default)
     else:
-      if key not in {f.name for f in dataclasses.fields(ExperimentConfig)} or key in _SECTIONS:
+      if key not in {f.name for f in dataclasses.fields(ExperimentConfig)} or key in _SECTIONS or key == "overrides":
         raise _unknown(key, valid_keys())
       top[key] = _coerce(key, value, getattr(config, key))
   for sec, fields in sections.items():
@@ -203,6 +233,19 @@ def validate(config: ExperimentConfig) -> None:
   need(config.feddyn.alpha > 0, "feddyn.alpha", "positive")
   need(config.moon.mu >= 0, "moon.mu", "≥ 0")
   need(config.moon.temperature > 0, "moon.temperature", "positive")
+  a = config.abps
+  need(a.kappa >= 1, "abps.kappa", "≥ 1")
+  need(0 <= a.epsilon <= 1, "abps.epsilon", "in [0, 1]")
+  need(a.gamma >= 0, "abps.gamma", "≥ 0")
+  need(a.alpha0 > 0 and a.beta0 > 0, "abps.alpha0", "positive (and so must abps.beta0)")
+  need(a.phi_max > a.phi_min, "abps.phi_max", "greater than abps.phi_min")
+  need(0 < a.keep_fraction <= 1, "abps.keep_fraction", "in (0, 1]")
+  need(a.head_layers in (0, 1, 2) and a.head_layers <= len(config.learner.hidden), "abps.head_layers",
+       "0, 1 or 2 (and at most the number of hidden layers)")
+  need(0 <= a.momentum < 1, "abps.momentum", "in [0, 1)")
+  need(a.early_stopping_patience >= 0, "abps.early_stopping_patience", "≥ 0")
+  need(a.tmc_permutations >= 1, "abps.tmc_permutations", "≥ 1")
+  need(config.reference_rounds >= 0, "reference_rounds", "≥ 0 (0 = rounds)")
   d = config.data
   need(d.num_centers > 0, "data.num_centers", "a positive integer")
   need(d.total_stays > 0, "data.total_stays", "a positive integer")
@@ -248,4 +291,13 @@ def load_experiment(name: str, overrides: Optional[dict] = None) -> ExperimentCo
   values.pop("name", None)
   config = ExperimentConfig(name=name)
   config = apply_overrides(config, values)
-  return apply_overrides(config, dict(overrides or {}))
+  config = apply_overrides(config, dict(overrides or {}))
+  return dataclasses.replace(config, overrides=tuple((k, str(v)) for k, v in (overrides or {}).items()))
+
+
+def config_for_method(config: ExperimentConfig, preset: dict) -> ExperimentConfig:
+  """A method's effective config: its preset over the experiment's, then the user's ``--set`` again."""
+  if not preset:
+    return config
+  out = apply_overrides(config, preset)
+  return apply_overrides(out, dict(config.overrides))

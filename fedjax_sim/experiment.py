@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sim.algorithms.registry import build_method, hyper_from_config
-from fedjax_sim.config import ExperimentConfig
+from fedjax_sim.algorithms.registry import build_method, hyper_from_config, preset
+from fedjax_sim.config import ExperimentConfig, config_for_method
 from fedjax_sim.data.cohorts import Cohorts
 from fedjax_sim.data.federation import Federation, from_cohorts
 from fedjax_sim.engine.simulate import compile_seeds, make_simulation
@@ -81,6 +81,7 @@ class MethodRun:
 
 def run_method(name: str, config: ExperimentConfig, federation: Federation) -> MethodRun:
   """Compiles one program for all seeds of ``name``, runs it, and summarizes (SPEC §6 schema)."""
+  config = config_for_method(config, preset(name))
   algorithm, model = build_method(name, config, federation.num_features)
   fed = algorithm.prepare(federation)
   traces = {"n": 0}
@@ -100,12 +101,14 @@ def run_method(name: str, config: ExperimentConfig, federation: Federation) -> M
   run_s = time.perf_counter() - t0
   summary, per_seed = summarize(name, config, federation, model, algorithm, out)
   summary["timing"] = {"compile_s": compile_s, "run_s": run_s}
+  summary["preset"] = {k: v for k, v in preset(name).items()}
   return MethodRun(name, summary, per_seed, compile_s, run_s, traces["n"])
 
 
 def reference_rounds(config: ExperimentConfig, name: str) -> int:
-  """R_ref of the bandwidth ratio (SPEC §3.4): the run's rounds."""
-  return config.rounds
+  """R_ref of the bandwidth ratio (SPEC §3.4): the run's rounds, unless ``reference_rounds`` names
+  another (the early-stopping rows ABPS-X and FedAvg-X use 50 while running up to 100)."""
+  return config.reference_rounds or config.rounds
 
 
 def summarize(name, config, federation, model, algorithm, out):

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedjax_sim.algorithms import reference, star
+from fedjax_sim.algorithms.abps.algorithm import ABPSStatic, abps
 from fedjax_sim.algorithms.base import Algorithm
 from fedjax_sim.engine.local import LearnerHyper, make_client_update
 from fedjax_sim.models import Model, mlp_model
@@ -23,6 +24,15 @@ class Hyper:
   dyn_alpha: jnp.ndarray  # FedDyn α
   moon_mu: jnp.ndarray  # MOON μ
   moon_temperature: jnp.ndarray  # MOON τ
+  abps_kappa: jnp.ndarray  # ABPS κ (int32; ≤ the static slot count)
+  abps_epsilon: jnp.ndarray  # ε-greedy swap probability
+  abps_gamma: jnp.ndarray  # UCB exploration weight γ
+  abps_tau_acc: jnp.ndarray  # acceptance threshold τ_acc
+  abps_alpha0: jnp.ndarray  # Beta prior α0
+  abps_beta0: jnp.ndarray  # Beta prior β0
+  abps_phi_min: jnp.ndarray  # Shapley clip lower end
+  abps_phi_max: jnp.ndarray  # Shapley clip upper end
+  abps_momentum: jnp.ndarray  # momentum β on the aggregation delta
 
 
 def hyper_from_config(config) -> Hyper:
@@ -31,7 +41,11 @@ def hyper_from_config(config) -> Hyper:
       learner=LearnerHyper(learning_rate=f(config.learner.learning_rate),
                            weight_decay=f(config.learner.weight_decay)),
       prox_mu=f(config.fedprox.mu), dyn_alpha=f(config.feddyn.alpha),
-      moon_mu=f(config.moon.mu), moon_temperature=f(config.moon.temperature))
+      moon_mu=f(config.moon.mu), moon_temperature=f(config.moon.temperature),
+      abps_kappa=jnp.asarray(config.abps.kappa, jnp.int32), abps_epsilon=f(config.abps.epsilon),
+      abps_gamma=f(config.abps.gamma), abps_tau_acc=f(config.abps.tau_acc), abps_alpha0=f(config.abps.alpha0),
+      abps_beta0=f(config.abps.beta0), abps_phi_min=f(config.abps.phi_min), abps_phi_max=f(config.abps.phi_max),
+      abps_momentum=f(config.abps.momentum))
 
 
 _REGULARIZERS = {
@@ -49,8 +63,28 @@ _FACTORIES = {
     "moon": star.moon,
 }
 
-METHODS = tuple(_FACTORIES)
+# ABPS rows of paper 000 Table 1 (SPEC §3.3) as presets over the config's ``abps`` section.
+_PQ = {"abps.head_layers": 1, "abps.wire": "bf16"}
+_PQK1 = {**_PQ, "abps.kappa": 1}
+ABPS_PRESETS = {
+    "abps": {},
+    "abps_p": {"abps.head_layers": 1},
+    "abps_q": {"abps.wire": "bf16"},
+    "abps_pq_k1": _PQK1,
+    "abps_pq_k1_hom": {**_PQK1, "abps.goal": "homogeneity", "abps.metadata": "goal"},
+    "abps_pq_k1_div": {**_PQK1, "abps.goal": "diversity", "abps.metadata": "goal"},
+    "abps_pq_k1_ali": {**_PQK1, "abps.goal": "alignment", "abps.metadata": "goal"},
+    "abps_x": {"abps.kappa": 1, "abps.wire": "bf16", "abps.head_layers": 2, "abps.goal": "homogeneity",
+               "abps.metadata": "goal", "abps.momentum": 0.5, "abps.early_stopping_patience": 10},
+}
+
+METHODS = tuple(_FACTORIES) + tuple(ABPS_PRESETS)
 """Every runnable method name."""
+
+
+def preset(name: str) -> dict:
+  """Config overrides that define method ``name`` (empty for methods without a preset)."""
+  return ABPS_PRESETS.get(name, {})
 
 
 def build_model(config, num_features: int) -> Model:
@@ -64,5 +98,12 @@ def build_method(name: str, config, num_features: int):
   client_update = make_client_update(
       model.apply, batch_size=lc.batch_size, epochs=lc.local_epochs,
       local_steps=lc.local_steps or None, regularizer=_REGULARIZERS.get(name))
+  if name in ABPS_PRESETS:
+    a = config.abps
+    static = ABPSStatic(kappa_max=a.kappa, goal=a.goal, metadata=a.metadata, keep_fraction=a.keep_fraction,
+                        head_layers=a.head_layers, wire_bf16=a.wire == "bf16",
+                        early_stopping_patience=a.early_stopping_patience,
+                        exact_shapley_max=a.exact_shapley_max, tmc_permutations=a.tmc_permutations)
+    return abps(model, client_update, static, name=name), model
   algorithm: Algorithm = _FACTORIES[name](model, client_update)
   return algorithm, model

@@ -1,0 +1,193 @@
+"""One ABPS round as a pure state transition (paper 000 Algorithm 1; SPEC §3.2), and its extensions.
+
+Extensions (SPEC §3.3): head personalization (the last ``head_layers`` layers stay
+local and are neither averaged nor sent), a bfloat16 wire format (what is sent
+passes a bf16 round trip; 2 bytes per parameter are counted), κ, momentum on
+each center's aggregation delta, and early stopping on mean validation AUROC
+inside the compiled program (later rounds are no-ops; the best-validation
+models are deployed). ABPS-X composes all of them (SPEC §3.3).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.flatten_util import ravel_pytree
+
+from fedjax_sim.algorithms.abps import goal_filter, posterior, shapley, topology
+from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients
+from fedjax_sim.engine.local import local_train
+from fedjax_sim.metrics import auroc, mean_defined, p2p_round_bytes
+from fedjax_sim.models import Model
+
+
+@dataclasses.dataclass(frozen=True)
+class ABPSStatic:
+  """Settings that fix shapes or program structure (closed over, not traced)."""
+
+  kappa_max: int = 3  # partner slots per center; the traced κ may be smaller
+  goal: str = "none"  # goal-aware filter: none, homogeneity, diversity, alignment
+  metadata: str = "base"  # "base" (3-dim) or "goal" (15-dim) metadata vectors
+  keep_fraction: float = 0.25  # fraction of ordered pairs the goal filter keeps
+  head_layers: int = 0  # personalization: 0 (none), 1 (last layer), 2 (last two layers)
+  wire_bf16: bool = False  # bfloat16 wire format
+  early_stopping_patience: int = 0  # 0 = off; else stop after this many rounds without a better mean val AUROC
+  exact_shapley_max: int = 5  # exact Shapley when κ_max ≤ this, else truncated Monte Carlo
+  tmc_permutations: int = 8  # B, permutations of truncated Monte Carlo Shapley
+  tmc_tolerance: float = 0.0  # TMC truncation tolerance on |U(P) − U(prefix)|
+
+
+@struct.dataclass
+class ABPSState:
+  params: Any  # [C, ...] each center's model θ_i
+  velocity: Any  # [C, ...] momentum buffer v_i on the aggregation delta (zeros when momentum = 0)
+  alpha: jax.Array  # [C, C] Beta α of i's belief about j
+  beta: jax.Array  # [C, C] Beta β of i's belief about j
+  pulls: jax.Array  # [C, C] n_{i→j}: rounds in which i observed j's Shapley credit
+  candidates: jax.Array  # [C, C] bool goal-filtered candidate sets C_i (fixed)
+  best_params: Any  # [C, ...] models at the round of best mean validation AUROC
+  best_val: jax.Array  # [] best mean validation AUROC so far
+  stale_rounds: jax.Array  # [] rounds since the best
+  stopped: jax.Array  # [] bool, early stopping has fired
+
+
+def head_mask(params, head_layers: int):
+  """Pytree of bools: True on leaves of the last ``head_layers`` layers (kept local)."""
+  # Layer order from the input (dict keys may come sorted alphabetically): hidden_0, hidden_1, ..., head.
+  names = sorted((k for k in params if k.startswith("hidden_")), key=lambda k: int(k.split("_")[1])) + ["head"]
+  heads = set(names[len(names) - head_layers:]) if head_layers > 0 else set()
+  return {name: jax.tree_util.tree_map(lambda _: name in heads, sub) for name, sub in params.items()}
+
+
+def bf16_round_trip(x: jax.Array) -> jax.Array:
+  """What a bfloat16 wire delivers: fp32 → bf16 → fp32 (SPEC §3.2 step 6, Q)."""
+  return x.astype(jnp.bfloat16).astype(jnp.float32)
+
+
+def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") -> Algorithm:
+  """Builds ABPS with the given structural settings; numeric ones come traced in ``hyper``.
+
+  ``hyper`` fields read here: ``abps_kappa``, ``abps_epsilon``, ``abps_gamma``,
+  ``abps_tau_acc``, ``abps_alpha0``, ``abps_beta0``, ``abps_phi_min``,
+  ``abps_phi_max``, ``abps_momentum``.
+  """
+  template = jax.eval_shape(model.init, jax.random.key(0))
+  flat0, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
+  num_params = flat0.shape[0]
+  is_head, _ = ravel_pytree(jax.tree_util.tree_map(
+      lambda h, s: jnp.full(s.shape, h), head_mask(template, static.head_layers), template))
+  body = ~np.asarray(is_head, bool)  # [P] static: which entries are sent and averaged
+  sent_params = int(body.sum())
+  k = static.kappa_max
+  exact = k <= static.exact_shapley_max
+  wire = bf16_round_trip if static.wire_bf16 else (lambda x: x)
+  bytes_per_param = 2 if static.wire_bf16 else 4
+
+  def init(key, federation, hyper):
+    c = federation.num_clients
+    params = broadcast_clients(model.init(key), c)
+    meta = federation.meta_goal if static.metadata == "goal" else federation.meta_base
+    cand = goal_filter.candidate_mask(meta, static.goal, static.keep_fraction)
+    zeros = jnp.zeros((c, c), jnp.float32)
+    return ABPSState(
+        params=params, velocity=jax.tree_util.tree_map(jnp.zeros_like, params),
+        alpha=zeros + hyper.abps_alpha0, beta=zeros + hyper.abps_beta0, pulls=zeros, candidates=cand,
+        best_params=params, best_val=jnp.asarray(-jnp.inf), stale_rounds=jnp.asarray(0, jnp.int32),
+        stopped=jnp.asarray(False))
+
+  def val_auroc(flat_params, x, y, m):
+    """AUROC of one flat model on one center's validation split."""
+    return auroc(model.apply(unravel(flat_params), x, False, None)[0], y, m)
+
+  def coalitions(key, valid):
+    """Slot subsets to evaluate per center: ``[C, S, k]`` bool, and how to read Shapley off them."""
+    c = valid.shape[0]
+    if exact:
+      masks = jnp.asarray(shapley.subset_masks(k))  # [2^k, k]
+      return jnp.broadcast_to(masks, (c,) + masks.shape), None
+    perms, prefix = jax.vmap(lambda kk: shapley.tmc_permutation_prefixes(kk, k, static.tmc_permutations))(
+        jax.random.split(key, c))  # [C, B, k], [C, B, k+1, k]
+    return prefix.reshape(c, -1, k), perms
+
+  def round_fn(key, state: ABPSState, federation, hyper, t):
+    k_train, k_topo, k_shap = jax.random.split(key, 3)
+    c = federation.num_clients
+    n = federation.n_train.astype(jnp.float32)
+
+    # 1. Local training of every center's model.
+    res = local_train(client_update, k_train, state.params, federation, hyper=hyper, learner=hyper.learner)
+    theta = jax.vmap(lambda p: ravel_pytree(p)[0])(res.params)  # [C, P]
+
+    # 2–5. UCB ranking over the goal-filtered candidates, then propose–reject.
+    ucb = posterior.ucb_scores(state.alpha, state.beta, state.pulls, t, hyper.abps_gamma)
+    kappa = jnp.minimum(hyper.abps_kappa, k)
+    adj = topology.propose_reject(k_topo, ucb, state.candidates, kappa, hyper.abps_tau_acc, hyper.abps_epsilon)
+    idx, valid = topology.partner_slots(adj, k)  # [C, k]
+
+    # 6–7. Aggregates of θ_i with every coalition S ⊆ P_i (n-weighted; body only; wire format),
+    # and their validation AUROC U_i(S).
+    masks, perms = coalitions(k_shap, valid)  # [C, S, k]
+    w = (masks & valid[:, None, :]).astype(jnp.float32) * n[idx][:, None, :]  # [C, S, k]
+    sent = wire(theta[idx])  # [C, k, P] what partners send
+    num = n[:, None, None] * theta[:, None, :] + jnp.einsum("csk,ckp->csp", w, sent)
+    agg = num / (n[:, None, None] + w.sum(-1, keepdims=True))
+    agg = jnp.where(body[None, None, :], agg, theta[:, None, :])  # heads stay local
+    utility = jax.vmap(jax.vmap(val_auroc, in_axes=(0, None, None, None)))(
+        agg, federation.x_val, federation.y_val, federation.m_val)  # [C, S]
+    # Decision: a one-class validation split leaves U undefined; it then credits every partner φ = 0.
+    utility = jnp.where(jnp.isnan(utility), 0.5, utility)
+    if exact:
+      phi = shapley.exact_shapley(utility)  # [C, k]
+      new_flat = agg[:, -1, :]  # the subset of all slots = all partners
+    else:
+      b = static.tmc_permutations
+      pu = utility.reshape(c, b, k + 1)
+      phi = jax.vmap(lambda p, u: shapley.tmc_shapley(p, u, static.tmc_tolerance))(perms, pu)
+      new_flat = agg.reshape(c, b, k + 1, -1)[:, 0, -1, :]
+
+    # 8. Clipped Beta update on the observed partners.
+    phi_bar = posterior.clip_utility(phi, hyper.abps_phi_min, hyper.abps_phi_max)
+    rows = jnp.arange(c)[:, None]
+    observed = jnp.zeros((c, c), bool).at[rows, idx].set(valid)
+    credit = jnp.zeros((c, c)).at[rows, idx].add(jnp.where(valid, phi_bar, 0.0))
+    alpha, beta, pulls = posterior.beta_update(state.alpha, state.beta, state.pulls, credit, observed)
+
+    # Momentum on the aggregation delta (ABPS-X): v ← βv + (agg − θ); θ ← θ + v.
+    vel = jax.vmap(lambda p: ravel_pytree(p)[0])(state.velocity)
+    vel = hyper.abps_momentum * vel + (new_flat - theta)
+    new_flat = theta + vel
+    params = jax.vmap(unravel)(new_flat)
+    velocity = jax.vmap(unravel)(vel)
+
+    # Early stopping on mean validation AUROC (SPEC §3.3): track the best models.
+    val, _ = mean_defined(jax.vmap(val_auroc)(new_flat, federation.x_val, federation.y_val, federation.m_val))
+    better = val > state.best_val
+    pick = lambda new, old: jnp.where(better, new, old)
+    best_params = jax.tree_util.tree_map(pick, params, state.best_params)
+    stale = jnp.where(better, 0, state.stale_rounds + 1)
+    patience = static.early_stopping_patience
+    stopped = (stale >= patience) if patience > 0 else jnp.asarray(False)
+
+    deg = adj.sum(1)
+    new_state = ABPSState(params=params, velocity=velocity, alpha=alpha, beta=beta, pulls=pulls,
+                          candidates=state.candidates, best_params=best_params,
+                          best_val=jnp.maximum(val, state.best_val), stale_rounds=stale, stopped=stopped)
+    metrics = RoundMetrics(
+        bytes=jnp.asarray(p2p_round_bytes(adj.sum() / 2, sent_params, bytes_per_param), jnp.float32),
+        train_loss=jnp.mean(res.loss), rest_fraction=jnp.mean(deg == 0), mean_partners=jnp.mean(deg),
+        active=jnp.asarray(1.0))
+    # After early stopping, rounds are no-ops: no training, no bytes (masks, not Python branches).
+    idle = state.stopped
+    new_state = jax.tree_util.tree_map(lambda a, b: jnp.where(idle, b, a), new_state, state)
+    metrics = jax.tree_util.tree_map(lambda m: jnp.where(idle, jnp.zeros_like(m), m), metrics)
+    return new_state, metrics
+
+  def deployed(state):
+    return (state.best_params if static.early_stopping_patience > 0 else state.params), True
+
+  return Algorithm(name=name, init=init, round=round_fn, deployed=deployed, sent_params=sent_params)
