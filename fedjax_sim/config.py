@@ -52,6 +52,16 @@ class LearnerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class FedAvgConfig:
+  """FedAvg's star-compatible extensions (SPEC §3.3: FedAvg+P+Q and FedAvg-X presets set these)."""
+
+  head_layers: int = 0  # personalized head layers kept on each client: 0, 1 or 2
+  wire: str = "fp32"  # wire format: fp32 or bf16
+  server_momentum: float = 0.0  # β of the server momentum on the aggregation delta
+  early_stopping_patience: int = 0  # rounds without a better mean val AUROC before stopping (0 = off)
+
+
+@dataclasses.dataclass(frozen=True)
 class FedProxConfig:
   mu: float = 0.01  # proximal coefficient μ (SPEC §3.3)
 
@@ -101,6 +111,7 @@ class ExperimentConfig:
   seeds: tuple = (11, 22, 33, 44, 55)  # experiment seeds, run together in one compiled call (SPEC §3.1)
   data: DataConfig = DataConfig()
   learner: LearnerConfig = LearnerConfig()
+  fedavg: FedAvgConfig = FedAvgConfig()
   fedprox: FedProxConfig = FedProxConfig()
   feddyn: FedDynConfig = FedDynConfig()
   moon: MoonConfig = MoonConfig()
@@ -118,6 +129,7 @@ _CHOICES = {
     ("abps", "goal"): ("none", "homogeneity", "diversity", "alignment"),
     ("abps", "metadata"): ("base", "goal"),
     ("abps", "wire"): ("fp32", "bf16"),
+    ("fedavg", "wire"): ("fp32", "bf16"),
 }
 
 
@@ -229,6 +241,11 @@ def validate(config: ExperimentConfig) -> None:
   need(0 <= lr.dropout < 1, "learner.dropout", "in [0, 1)")
   need(len(lr.hidden) > 0 and all(h > 0 for h in lr.hidden), "learner.hidden", "positive widths")
   need(lr.num_buckets >= 1, "learner.num_buckets", "≥ 1")
+  fa = config.fedavg
+  need(fa.head_layers in (0, 1, 2) and fa.head_layers <= len(config.learner.hidden), "fedavg.head_layers",
+       "0, 1 or 2 (and at most the number of hidden layers)")
+  need(0 <= fa.server_momentum < 1, "fedavg.server_momentum", "in [0, 1)")
+  need(fa.early_stopping_patience >= 0, "fedavg.early_stopping_patience", "≥ 0")
   need(config.fedprox.mu >= 0, "fedprox.mu", "≥ 0")
   need(config.feddyn.alpha > 0, "feddyn.alpha", "positive")
   need(config.moon.mu >= 0, "moon.mu", "≥ 0")

@@ -83,11 +83,11 @@ def test_early_stopping_makes_later_rounds_noops(fed):
   active = np.asarray(out.history.metrics.active)
   assert active[0] == 1.0 and (active[2:] == 0).all() and (np.diff(active) <= 0).all()
   assert (np.asarray(out.history.metrics.bytes)[active == 0] == 0).all()
-  assert bool(out.state.stopped)
+  assert bool(out.state.early.stopped)
 
 
 def test_head_mask_picks_the_last_layers_from_the_input():
-  from fedjax_sim.algorithms.abps.algorithm import head_mask
+  from fedjax_sim.models.mlp import head_mask
   from fedjax_sim.models import mlp_model
   params = mlp_model(4).init(jax.random.key(0))
   one = head_mask(params, 1)

@@ -9,6 +9,7 @@ from fedjax_sim.algorithms.base import weighted_average
 from fedjax_sim.algorithms.registry import build_method, hyper_from_config
 from fedjax_sim.config import ExperimentConfig, LearnerConfig
 from fedjax_sim.data.federation import from_cohorts
+from fedjax_sim.engine.local import make_client_update
 from fedjax_sim.models import mlp_model
 from tests.conftest import make_cohorts
 
@@ -109,3 +110,31 @@ def test_local_and_centralized_send_nothing(fed):
   assert not algorithm.federated
   pooled = algorithm.prepare(fed)
   assert int(pooled.buckets[0].n[0]) == int(np.asarray(fed.n_train).sum())
+
+
+def test_personalized_fedavg_reduces_to_fedavg_and_keeps_heads(fed):
+  _, model, s0, avg, _ = one_round("fedavg", fed)
+  client_update = make_client_update(model.apply, batch_size=32, epochs=1)
+  plain = star.personalized_fedavg(model, client_update, head_layers=0, wire_bf16=False,
+                                   early_stopping_patience=0, name="p")
+  hyper = hyper_from_config(CONFIG)
+  state = plain.init(jax.random.key(0), fed, hyper)
+  new, _ = jax.jit(plain.round)(jax.random.key(3), state, fed, hyper, jnp.int32(1))
+  for a, b in zip(leaves(avg.global_params), leaves(new.global_params)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+  # FedAvg+P+Q: heads stay on the clients, bodies travel in bf16 (2 bytes), SPEC §3.4.
+  pq = star.personalized_fedavg(model, client_update, head_layers=1, wire_bf16=True,
+                                early_stopping_patience=0, name="pq")
+  state = pq.init(jax.random.key(0), fed, hyper)
+  new, m = jax.jit(pq.round)(jax.random.key(3), state, fed, hyper, jnp.int32(1))
+  total = sum(a.size for a in leaves(s0.global_params))
+  assert pq.sent_params == total - (8 + 1)
+  assert float(m.bytes) == fed.num_clients * 2 * pq.sent_params * 2
+  params, stacked = pq.deployed(new)
+  assert stacked
+  heads = np.asarray(params["head"]["kernel"])
+  assert not np.allclose(heads[0], heads[1])  # personalized heads differ
+  body = np.asarray(params["hidden_0"]["kernel"])
+  np.testing.assert_array_equal(body[0], body[1])  # one shared body
+  bf = body[0].astype(np.float32)
+  np.testing.assert_array_equal(bf, np.asarray(jnp.asarray(bf).astype(jnp.bfloat16).astype(jnp.float32)))

@@ -33,6 +33,7 @@ class Hyper:
   abps_phi_min: jnp.ndarray  # Shapley clip lower end
   abps_phi_max: jnp.ndarray  # Shapley clip upper end
   abps_momentum: jnp.ndarray  # momentum β on the aggregation delta
+  server_momentum: jnp.ndarray  # FedAvg-X server momentum β
 
 
 def hyper_from_config(config) -> Hyper:
@@ -45,7 +46,7 @@ def hyper_from_config(config) -> Hyper:
       abps_kappa=jnp.asarray(config.abps.kappa, jnp.int32), abps_epsilon=f(config.abps.epsilon),
       abps_gamma=f(config.abps.gamma), abps_tau_acc=f(config.abps.tau_acc), abps_alpha0=f(config.abps.alpha0),
       abps_beta0=f(config.abps.beta0), abps_phi_min=f(config.abps.phi_min), abps_phi_max=f(config.abps.phi_max),
-      abps_momentum=f(config.abps.momentum))
+      abps_momentum=f(config.abps.momentum), server_momentum=f(config.fedavg.server_momentum))
 
 
 _REGULARIZERS = {
@@ -78,13 +79,20 @@ ABPS_PRESETS = {
                "abps.metadata": "goal", "abps.momentum": 0.5, "abps.early_stopping_patience": 10},
 }
 
-METHODS = tuple(_FACTORIES) + tuple(ABPS_PRESETS)
+# FedAvg with the star-compatible extensions (SPEC §3.3).
+FEDAVG_PRESETS = {
+    "fedavg_pq": {"fedavg.head_layers": 1, "fedavg.wire": "bf16"},
+    "fedavg_x": {"fedavg.head_layers": 2, "fedavg.wire": "bf16", "fedavg.server_momentum": 0.5,
+                 "fedavg.early_stopping_patience": 10},
+}
+
+METHODS = tuple(_FACTORIES) + tuple(ABPS_PRESETS) + tuple(FEDAVG_PRESETS)
 """Every runnable method name."""
 
 
 def preset(name: str) -> dict:
   """Config overrides that define method ``name`` (empty for methods without a preset)."""
-  return ABPS_PRESETS.get(name, {})
+  return {**ABPS_PRESETS, **FEDAVG_PRESETS}.get(name, {})
 
 
 def build_model(config, num_features: int) -> Model:
@@ -105,5 +113,9 @@ def build_method(name: str, config, num_features: int):
                         early_stopping_patience=a.early_stopping_patience,
                         exact_shapley_max=a.exact_shapley_max, tmc_permutations=a.tmc_permutations)
     return abps(model, client_update, static, name=name), model
+  if name in FEDAVG_PRESETS:
+    f = config.fedavg
+    return star.personalized_fedavg(model, client_update, head_layers=f.head_layers, wire_bf16=f.wire == "bf16",
+                                    early_stopping_patience=f.early_stopping_patience, name=name), model
   algorithm: Algorithm = _FACTORIES[name](model, client_update)
   return algorithm, model

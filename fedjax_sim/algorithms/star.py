@@ -7,6 +7,7 @@ n-weighted mean (McMahan et al. 2017). Bytes: 2·|W|·4 per client per round
 """
 from __future__ import annotations
 
+from math import prod as math_prod
 from typing import Any
 
 import jax
@@ -16,7 +17,7 @@ from flax import struct
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, tree_sub,
                                         tree_vdot, weighted_average)
 from fedjax_sim.engine.local import local_train
-from fedjax_sim.metrics import star_round_bytes
+from fedjax_sim.metrics import mean_defined, star_round_bytes
 from fedjax_sim.models import Model, num_params
 
 
@@ -160,3 +161,73 @@ def moon(model: Model, client_update) -> Algorithm:
                      client=client_params, server=None)
 
   return _star("moon", model, client_update, init_client, post)
+
+
+# --- FedAvg with ABPS's star-compatible extensions (SPEC §3.3: FedAvg+P+Q, FedAvg-X) --------------
+
+
+@struct.dataclass
+class PersonalStarState:
+  global_params: Any  # the server model; its head layers are unused when heads are personalized
+  local: Any  # [C, ...] each client's latest model (its head layers are the client's own head)
+  velocity: Any  # server momentum buffer on the aggregation delta (zeros when momentum = 0)
+  early: Any  # early_stop.EarlyStop over the deployed per-client models
+
+
+def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_bf16: bool,
+                        early_stopping_patience: int, name: str) -> Algorithm:
+  """FedAvg with head personalization, a bfloat16 wire, server momentum and early stopping.
+
+  Each round the server sends its body (the layers below the ``head_layers``
+  personalized ones) through the wire format; client i trains body + its own
+  head; the server averages the bodies it receives (n-weighted, after the wire
+  round trip), applies momentum v ← βv + (avg − θ); θ ← θ + v (β = ``hyper.server_momentum``),
+  and each client keeps its head. FedAvg+P+Q: 1 head layer, bf16. FedAvg-X: 2 head
+  layers, bf16, momentum 0.5, early stopping with patience 10 (SPEC §3.3).
+  With no head, fp32 and no momentum this is FedAvg. Bytes: 2·|W_sent|·b per client.
+  """
+  from fedjax_sim.algorithms import early_stop
+  from fedjax_sim.engine.simulate import evaluate
+  from fedjax_sim.models.mlp import bf16_round_trip, head_mask
+
+  template = jax.eval_shape(model.init, jax.random.key(0))
+  is_head = head_mask(template, head_layers)
+  sent_params = sum(math_prod(s.shape) for s, h in zip(jax.tree_util.tree_leaves(template),
+                                                        jax.tree_util.tree_leaves(is_head)) if not h)
+  wire = bf16_round_trip if wire_bf16 else (lambda x: x)
+  bytes_per_param = 2 if wire_bf16 else 4
+
+  def compose(body, local):
+    """Per-client models: the (received) global body with each client's own head."""
+    return jax.tree_util.tree_map(lambda h, b, l: l if h else jnp.broadcast_to(b, l.shape), is_head, body, local)
+
+  def init(key, federation, hyper):
+    params = model.init(key)
+    local = broadcast_clients(params, federation.num_clients)
+    return PersonalStarState(global_params=params, local=local,
+                             velocity=jax.tree_util.tree_map(jnp.zeros_like, params),
+                             early=early_stop.init(local))
+
+  def round_fn(key, state, federation, hyper, t):
+    start = compose(jax.tree_util.tree_map(wire, state.global_params), state.local)
+    res = local_train(client_update, key, start, federation, hyper=hyper, learner=hyper.learner)
+    avg = weighted_average(jax.tree_util.tree_map(wire, res.params), federation.n_train)
+    delta = jax.tree_util.tree_map(jnp.subtract, avg, state.global_params)
+    vel = jax.tree_util.tree_map(lambda v, d: hyper.server_momentum * v + d, state.velocity, delta)
+    glob = jax.tree_util.tree_map(jnp.add, state.global_params, vel)
+    deployed = compose(jax.tree_util.tree_map(wire, glob), res.params)
+    val, _ = mean_defined(evaluate(model, deployed, True, federation.x_val, federation.y_val, federation.m_val))
+    early = early_stop.update(state.early, deployed, val, early_stopping_patience)
+    new_state = PersonalStarState(global_params=glob, local=res.params, velocity=vel, early=early)
+    metrics = RoundMetrics(
+        bytes=jnp.asarray(star_round_bytes(federation.num_clients, sent_params, bytes_per_param), jnp.float32),
+        train_loss=jnp.mean(res.loss), rest_fraction=jnp.asarray(0.0), mean_partners=jnp.asarray(1.0),
+        active=jnp.asarray(1.0))
+    return early_stop.freeze_if_stopped(state.early.stopped, new_state, state, metrics)
+
+  def deployed_fn(state):
+    if early_stopping_patience > 0:
+      return state.early.best_params, True
+    return compose(jax.tree_util.tree_map(wire, state.global_params), state.local), True
+
+  return Algorithm(name=name, init=init, round=round_fn, deployed=deployed_fn, sent_params=sent_params)

@@ -80,3 +80,16 @@ class MLP(nn.Module):
 def num_params(params) -> int:
   """Number of scalars in a parameter pytree."""
   return int(sum(math.prod(p.shape) for p in jax.tree_util.tree_leaves(params)))
+
+
+def head_mask(params, head_layers: int):
+  """Pytree of bools: True on leaves of the last ``head_layers`` layers (kept local)."""
+  # Layer order from the input (dict keys may come sorted alphabetically): hidden_0, hidden_1, ..., head.
+  names = sorted((k for k in params if k.startswith("hidden_")), key=lambda k: int(k.split("_")[1])) + ["head"]
+  heads = set(names[len(names) - head_layers:]) if head_layers > 0 else set()
+  return {name: jax.tree_util.tree_map(lambda _: name in heads, sub) for name, sub in params.items()}
+
+
+def bf16_round_trip(x: jax.Array) -> jax.Array:
+  """What a bfloat16 wire delivers: fp32 → bf16 → fp32 (SPEC §3.2 step 6, Q)."""
+  return x.astype(jnp.bfloat16).astype(jnp.float32)

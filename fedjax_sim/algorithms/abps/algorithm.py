@@ -19,11 +19,13 @@ import numpy as np
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
+from fedjax_sim.algorithms import early_stop
 from fedjax_sim.algorithms.abps import goal_filter, posterior, shapley, topology
 from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.metrics import auroc, mean_defined, p2p_round_bytes
 from fedjax_sim.models import Model
+from fedjax_sim.models.mlp import bf16_round_trip, head_mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,23 +52,7 @@ class ABPSState:
   beta: jax.Array  # [C, C] Beta β of i's belief about j
   pulls: jax.Array  # [C, C] n_{i→j}: rounds in which i observed j's Shapley credit
   candidates: jax.Array  # [C, C] bool goal-filtered candidate sets C_i (fixed)
-  best_params: Any  # [C, ...] models at the round of best mean validation AUROC
-  best_val: jax.Array  # [] best mean validation AUROC so far
-  stale_rounds: jax.Array  # [] rounds since the best
-  stopped: jax.Array  # [] bool, early stopping has fired
-
-
-def head_mask(params, head_layers: int):
-  """Pytree of bools: True on leaves of the last ``head_layers`` layers (kept local)."""
-  # Layer order from the input (dict keys may come sorted alphabetically): hidden_0, hidden_1, ..., head.
-  names = sorted((k for k in params if k.startswith("hidden_")), key=lambda k: int(k.split("_")[1])) + ["head"]
-  heads = set(names[len(names) - head_layers:]) if head_layers > 0 else set()
-  return {name: jax.tree_util.tree_map(lambda _: name in heads, sub) for name, sub in params.items()}
-
-
-def bf16_round_trip(x: jax.Array) -> jax.Array:
-  """What a bfloat16 wire delivers: fp32 → bf16 → fp32 (SPEC §3.2 step 6, Q)."""
-  return x.astype(jnp.bfloat16).astype(jnp.float32)
+  early: early_stop.EarlyStop  # best-validation models [C, ...] and the stopping state
 
 
 def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") -> Algorithm:
@@ -97,8 +83,7 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     return ABPSState(
         params=params, velocity=jax.tree_util.tree_map(jnp.zeros_like, params),
         alpha=zeros + hyper.abps_alpha0, beta=zeros + hyper.abps_beta0, pulls=zeros, candidates=cand,
-        best_params=params, best_val=jnp.asarray(-jnp.inf), stale_rounds=jnp.asarray(0, jnp.int32),
-        stopped=jnp.asarray(False))
+        early=early_stop.init(params))
 
   def val_auroc(flat_params, x, y, m):
     """AUROC of one flat model on one center's validation split."""
@@ -166,28 +151,19 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
 
     # Early stopping on mean validation AUROC (SPEC §3.3): track the best models.
     val, _ = mean_defined(jax.vmap(val_auroc)(new_flat, federation.x_val, federation.y_val, federation.m_val))
-    better = val > state.best_val
-    pick = lambda new, old: jnp.where(better, new, old)
-    best_params = jax.tree_util.tree_map(pick, params, state.best_params)
-    stale = jnp.where(better, 0, state.stale_rounds + 1)
-    patience = static.early_stopping_patience
-    stopped = (stale >= patience) if patience > 0 else jnp.asarray(False)
+    early = early_stop.update(state.early, params, val, static.early_stopping_patience)
 
     deg = adj.sum(1)
     new_state = ABPSState(params=params, velocity=velocity, alpha=alpha, beta=beta, pulls=pulls,
-                          candidates=state.candidates, best_params=best_params,
-                          best_val=jnp.maximum(val, state.best_val), stale_rounds=stale, stopped=stopped)
+                          candidates=state.candidates, early=early)
     metrics = RoundMetrics(
         bytes=jnp.asarray(p2p_round_bytes(adj.sum() / 2, sent_params, bytes_per_param), jnp.float32),
         train_loss=jnp.mean(res.loss), rest_fraction=jnp.mean(deg == 0), mean_partners=jnp.mean(deg),
         active=jnp.asarray(1.0))
     # After early stopping, rounds are no-ops: no training, no bytes (masks, not Python branches).
-    idle = state.stopped
-    new_state = jax.tree_util.tree_map(lambda a, b: jnp.where(idle, b, a), new_state, state)
-    metrics = jax.tree_util.tree_map(lambda m: jnp.where(idle, jnp.zeros_like(m), m), metrics)
-    return new_state, metrics
+    return early_stop.freeze_if_stopped(state.early.stopped, new_state, state, metrics)
 
   def deployed(state):
-    return (state.best_params if static.early_stopping_patience > 0 else state.params), True
+    return (state.early.best_params if static.early_stopping_patience > 0 else state.params), True
 
   return Algorithm(name=name, init=init, round=round_fn, deployed=deployed, sent_params=sent_params)
