@@ -62,6 +62,15 @@ class FedAvgConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class GraphConfig:
+  """Fixed peer graph of the decentralized baselines DeceFL and DeFTA (SPEC §3.3)."""
+
+  degree: int = 3  # the random regular graph's degree
+  graph_seed: int = 0  # seed of the graph (fixed across experiment seeds)
+  defta_decay: float = 0.5  # DeFTA trust EMA factor ρ: τ ← ρτ + (1 − ρ)·exp(−val loss)
+
+
+@dataclasses.dataclass(frozen=True)
 class FedProxConfig:
   mu: float = 0.01  # proximal coefficient μ (SPEC §3.3)
 
@@ -113,6 +122,7 @@ class ExperimentConfig:
   learner: LearnerConfig = LearnerConfig()
   fedavg: FedAvgConfig = FedAvgConfig()
   fedprox: FedProxConfig = FedProxConfig()
+  graph: GraphConfig = GraphConfig()
   feddyn: FedDynConfig = FedDynConfig()
   moon: MoonConfig = MoonConfig()
   abps: ABPSConfig = ABPSConfig()
@@ -246,6 +256,8 @@ def validate(config: ExperimentConfig) -> None:
        "0, 1 or 2 (and at most the number of hidden layers)")
   need(0 <= fa.server_momentum < 1, "fedavg.server_momentum", "in [0, 1)")
   need(fa.early_stopping_patience >= 0, "fedavg.early_stopping_patience", "≥ 0")
+  need(config.graph.degree >= 1, "graph.degree", "≥ 1")
+  need(0 <= config.graph.defta_decay < 1, "graph.defta_decay", "in [0, 1)")
   need(config.fedprox.mu >= 0, "fedprox.mu", "≥ 0")
   need(config.feddyn.alpha > 0, "feddyn.alpha", "positive")
   need(config.moon.mu >= 0, "moon.mu", "≥ 0")

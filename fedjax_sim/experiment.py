@@ -82,7 +82,7 @@ class MethodRun:
 def run_method(name: str, config: ExperimentConfig, federation: Federation) -> MethodRun:
   """Compiles one program for all seeds of ``name``, runs it, and summarizes (SPEC §6 schema)."""
   config = config_for_method(config, preset(name))
-  algorithm, model = build_method(name, config, federation.num_features)
+  algorithm, model = build_method(name, config, federation.num_features, federation.num_clients)
   fed = algorithm.prepare(federation)
   traces = {"n": 0}
   simulate = make_simulation(algorithm, model, config.rounds)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import struct
 
-from fedjax_sim.algorithms import reference, star
+from fedjax_sim.algorithms import decentralized, reference, star
 from fedjax_sim.algorithms.abps.algorithm import ABPSStatic, abps
 from fedjax_sim.algorithms.base import Algorithm
 from fedjax_sim.engine.local import LearnerHyper, make_client_update
@@ -34,6 +34,7 @@ class Hyper:
   abps_phi_max: jnp.ndarray  # Shapley clip upper end
   abps_momentum: jnp.ndarray  # momentum β on the aggregation delta
   server_momentum: jnp.ndarray  # FedAvg-X server momentum β
+  defta_decay: jnp.ndarray  # DeFTA trust EMA factor ρ
 
 
 def hyper_from_config(config) -> Hyper:
@@ -46,7 +47,8 @@ def hyper_from_config(config) -> Hyper:
       abps_kappa=jnp.asarray(config.abps.kappa, jnp.int32), abps_epsilon=f(config.abps.epsilon),
       abps_gamma=f(config.abps.gamma), abps_tau_acc=f(config.abps.tau_acc), abps_alpha0=f(config.abps.alpha0),
       abps_beta0=f(config.abps.beta0), abps_phi_min=f(config.abps.phi_min), abps_phi_max=f(config.abps.phi_max),
-      abps_momentum=f(config.abps.momentum), server_momentum=f(config.fedavg.server_momentum))
+      abps_momentum=f(config.abps.momentum), server_momentum=f(config.fedavg.server_momentum),
+      defta_decay=f(config.graph.defta_decay))
 
 
 _REGULARIZERS = {
@@ -86,7 +88,9 @@ FEDAVG_PRESETS = {
                  "fedavg.early_stopping_patience": 10},
 }
 
-METHODS = tuple(_FACTORIES) + tuple(ABPS_PRESETS) + tuple(FEDAVG_PRESETS)
+GRAPH_METHODS = {"decefl": decentralized.decefl, "defta": decentralized.defta}
+
+METHODS = tuple(_FACTORIES) + tuple(GRAPH_METHODS) + tuple(ABPS_PRESETS) + tuple(FEDAVG_PRESETS)
 """Every runnable method name."""
 
 
@@ -99,7 +103,7 @@ def build_model(config, num_features: int) -> Model:
   return mlp_model(num_features, hidden=config.learner.hidden, dropout=config.learner.dropout)
 
 
-def build_method(name: str, config, num_features: int):
+def build_method(name: str, config, num_features: int, num_clients: int = 0):
   """Returns ``(algorithm, model)`` for method ``name`` under ``config``."""
   model = build_model(config, num_features)
   lc = config.learner
@@ -113,6 +117,9 @@ def build_method(name: str, config, num_features: int):
                         early_stopping_patience=a.early_stopping_patience,
                         exact_shapley_max=a.exact_shapley_max, tmc_permutations=a.tmc_permutations)
     return abps(model, client_update, static, name=name), model
+  if name in GRAPH_METHODS:
+    adj = decentralized.random_regular_graph(num_clients, config.graph.degree, config.graph.graph_seed)
+    return GRAPH_METHODS[name](model, client_update, adj), model
   if name in FEDAVG_PRESETS:
     f = config.fedavg
     return star.personalized_fedavg(model, client_update, head_layers=f.head_layers, wire_bf16=f.wire == "bf16",
