@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sim.algorithms.registry import build_method, hyper_from_config, preset
+from fedjax_sim.algorithms.registry import build_method, build_model, hyper_from_config, preset
 from fedjax_sim.config import ExperimentConfig, config_for_method
 from fedjax_sim.data.cohorts import Cohorts
 from fedjax_sim.data.federation import Federation, from_cohorts
@@ -121,7 +121,9 @@ def summarize(name, config, federation, model, algorithm, out):
   partners = np.asarray(m.mean_partners, np.float64)
   val_curve = np.asarray(out.history.val_auroc, np.float64)
   r_ref = reference_rounds(config, name)
-  p = num_params(jax.eval_shape(model.init, jax.random.key(0)))
+  # The reference is fp32 FedAvg of the deterministic MLP, whatever this method's model is (BNN+FL: 2×).
+  reference_model = build_model(config, federation.num_features)
+  p = num_params(jax.eval_shape(reference_model.init, jax.random.key(0)))
   ref = fedavg_reference_bytes(federation.num_clients, p, r_ref)
   per_seed = []
   for s, seed in enumerate(config.seeds):

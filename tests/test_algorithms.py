@@ -138,3 +138,27 @@ def test_personalized_fedavg_reduces_to_fedavg_and_keeps_heads(fed):
   np.testing.assert_array_equal(body[0], body[1])  # one shared body
   bf = body[0].astype(np.float32)
   np.testing.assert_array_equal(bf, np.asarray(jnp.asarray(bf).astype(jnp.bfloat16).astype(jnp.float32)))
+
+
+def test_bnn_fl_moment_averaging_kl_and_bytes(fed):
+  from fedjax_sim.models.bayes import kl_to_standard_normal, moment_average, sigma
+  algorithm, model, s0, s1, m = one_round("bnn_fl", fed)
+  mu_leaves = leaves(s0.global_params["mu"])
+  assert float(m.bytes) == fed.num_clients * 2 * (2 * sum(a.size for a in mu_leaves)) * 4  # μ and σ: 2× FedAvg
+  # Moment averaging: μ = Σ w μ_i, σ² = Σ w σ_i².
+  stacked = {"mu": {"w": jnp.array([[0.0], [2.0]])}, "rho": {"w": jnp.array([[0.0], [1.0]])}}
+  avg = moment_average(stacked, jnp.array([1.0, 3.0]))
+  assert float(avg["mu"]["w"][0]) == pytest.approx(1.5)
+  want_var = 0.25 * float(sigma(0.0)) ** 2 + 0.75 * float(sigma(1.0)) ** 2
+  assert float(sigma(avg["rho"]["w"][0])) ** 2 == pytest.approx(want_var, rel=1e-5)
+  # KL of N(μ, σ²) to N(0, 1) in closed form.
+  p = {"mu": {"w": jnp.array([0.5])}, "rho": {"w": jnp.array([0.3])}}
+  s = float(sigma(0.3))
+  assert float(kl_to_standard_normal(p)) == pytest.approx(np.log(1 / s) + (s ** 2 + 0.25 - 1) / 2, rel=1e-5)
+  # Training samples weights; evaluation uses the means.
+  x = jnp.ones((3, fed.num_features))
+  a = model.apply(s1.global_params, x, True, jax.random.key(1))[0]
+  b = model.apply(s1.global_params, x, True, jax.random.key(2))[0]
+  assert not np.allclose(np.asarray(a), np.asarray(b))
+  np.testing.assert_array_equal(np.asarray(model.apply(s1.global_params, x, False, None)[0]),
+                                np.asarray(model.apply(s1.global_params, x, False, None)[0]))

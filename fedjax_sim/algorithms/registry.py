@@ -55,6 +55,7 @@ _REGULARIZERS = {
     "fedprox": star.fedprox_regularizer,
     "feddyn": star.feddyn_regularizer,
     "moon": star.moon_regularizer,
+    "bnn_fl": star.bnn_regularizer,
 }
 
 _FACTORIES = {
@@ -64,6 +65,7 @@ _FACTORIES = {
     "fedprox": star.fedprox,
     "feddyn": star.feddyn,
     "moon": star.moon,
+    "bnn_fl": star.bnn_fl,
 }
 
 # ABPS rows of paper 000 Table 1 (SPEC §3.3) as presets over the config's ``abps`` section.
@@ -99,13 +101,16 @@ def preset(name: str) -> dict:
   return {**ABPS_PRESETS, **FEDAVG_PRESETS}.get(name, {})
 
 
-def build_model(config, num_features: int) -> Model:
+def build_model(config, num_features: int, bayesian: bool = False) -> Model:
+  if bayesian:
+    from fedjax_sim.models.bayes import bayesian_mlp
+    return bayesian_mlp(mlp_model(num_features, hidden=config.learner.hidden, dropout=0.0))
   return mlp_model(num_features, hidden=config.learner.hidden, dropout=config.learner.dropout)
 
 
 def build_method(name: str, config, num_features: int, num_clients: int = 0):
   """Returns ``(algorithm, model)`` for method ``name`` under ``config``."""
-  model = build_model(config, num_features)
+  model = build_model(config, num_features, bayesian=name == "bnn_fl")
   lc = config.learner
   client_update = make_client_update(
       model.apply, batch_size=lc.batch_size, epochs=lc.local_epochs,

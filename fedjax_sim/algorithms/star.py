@@ -231,3 +231,26 @@ def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_b
     return compose(jax.tree_util.tree_map(wire, state.global_params), state.local), True
 
   return Algorithm(name=name, init=init, round=round_fn, deployed=deployed_fn, sent_params=sent_params)
+
+
+def bnn_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
+  """Bayes-by-backprop's complexity cost per example: KL(q ‖ N(0,1)) / n_i (Blundell et al. 2015, eq. 8,
+  spread evenly over the ⌈n_i/B⌉ minibatches of an epoch; ``own`` is this client's n_i)."""
+  from fedjax_sim.models.bayes import kl_to_standard_normal
+  return kl_to_standard_normal(params) / jnp.maximum(own.astype(jnp.float32), 1.0)
+
+
+def bnn_fl(model: Model, client_update) -> Algorithm:
+  """BNN+FL (Saile et al. 2024; SPEC §3.3): FedAvg of a mean-field Gaussian BNN's means and
+  variances; sends 2× the parameters of the deterministic MLP (μ and σ). ``model`` is the
+  Bayesian model (:func:`fedjax_sim.models.bayes.bayesian_mlp`), ``client_update`` built with
+  :func:`bnn_regularizer`."""
+  from fedjax_sim.models.bayes import moment_average
+
+  def init_client(params, federation):
+    return federation.n_train, None
+
+  def post(state, client_params, federation, hyper):
+    return state.replace(global_params=moment_average(client_params, federation.n_train))
+
+  return _star("bnn_fl", model, client_update, init_client, post)
