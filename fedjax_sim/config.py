@@ -71,6 +71,15 @@ class GraphConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class WPFedConfig:
+  """WPFed baseline (SPEC §3.3): LSH filtering, then loss-ranked neighbor averaging."""
+
+  bits: int = 64  # LSH signature length (random projections of the parameters)
+  candidates: int = 5  # candidates per center, nearest by Hamming distance (downloaded and scored)
+  k: int = 3  # neighbors averaged in, the lowest validation loss among the candidates
+
+
+@dataclasses.dataclass(frozen=True)
 class FedProxConfig:
   mu: float = 0.01  # proximal coefficient μ (SPEC §3.3)
 
@@ -123,6 +132,7 @@ class ExperimentConfig:
   fedavg: FedAvgConfig = FedAvgConfig()
   fedprox: FedProxConfig = FedProxConfig()
   graph: GraphConfig = GraphConfig()
+  wpfed: WPFedConfig = WPFedConfig()
   feddyn: FedDynConfig = FedDynConfig()
   moon: MoonConfig = MoonConfig()
   abps: ABPSConfig = ABPSConfig()
@@ -258,6 +268,8 @@ def validate(config: ExperimentConfig) -> None:
   need(fa.early_stopping_patience >= 0, "fedavg.early_stopping_patience", "≥ 0")
   need(config.graph.degree >= 1, "graph.degree", "≥ 1")
   need(0 <= config.graph.defta_decay < 1, "graph.defta_decay", "in [0, 1)")
+  need(config.wpfed.bits >= 1, "wpfed.bits", "≥ 1")
+  need(1 <= config.wpfed.k <= config.wpfed.candidates, "wpfed.k", "in [1, wpfed.candidates]")
   need(config.fedprox.mu >= 0, "fedprox.mu", "≥ 0")
   need(config.feddyn.alpha > 0, "feddyn.alpha", "positive")
   need(config.moon.mu >= 0, "moon.mu", "≥ 0")

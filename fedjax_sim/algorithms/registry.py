@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedjax_sim.algorithms import decentralized, reference, star
+from fedjax_sim.algorithms.wpfed import wpfed
 from fedjax_sim.algorithms.abps.algorithm import ABPSStatic, abps
 from fedjax_sim.algorithms.base import Algorithm
 from fedjax_sim.engine.local import LearnerHyper, make_client_update
@@ -66,6 +67,8 @@ _FACTORIES = {
     "feddyn": star.feddyn,
     "moon": star.moon,
     "bnn_fl": star.bnn_fl,
+    "wpfed": lambda model, cu, config: wpfed(model, cu, bits=config.wpfed.bits,
+                                             candidates=config.wpfed.candidates, k=config.wpfed.k),
 }
 
 # ABPS rows of paper 000 Table 1 (SPEC §3.3) as presets over the config's ``abps`` section.
@@ -129,5 +132,7 @@ def build_method(name: str, config, num_features: int, num_clients: int = 0):
     f = config.fedavg
     return star.personalized_fedavg(model, client_update, head_layers=f.head_layers, wire_bf16=f.wire == "bf16",
                                     early_stopping_patience=f.early_stopping_patience, name=name), model
+  if name == "wpfed":
+    return _FACTORIES[name](model, client_update, config), model
   algorithm: Algorithm = _FACTORIES[name](model, client_update)
   return algorithm, model
