@@ -136,6 +136,7 @@ class ExperimentConfig:
   feddyn: FedDynConfig = FedDynConfig()
   moon: MoonConfig = MoonConfig()
   abps: ABPSConfig = ABPSConfig()
+  report: str = ""  # extra report: "" (none) or "table1" (paper 000 Table 1 + Figure 3 PNGs)
   reference_rounds: int = 0  # R_ref of the bandwidth ratio (SPEC §3.4); 0 = the run's rounds
   overrides: tuple = ()  # the user's --set pairs, re-applied after each method's preset (set by the CLI)
 
@@ -286,6 +287,8 @@ def validate(config: ExperimentConfig) -> None:
   need(0 <= a.momentum < 1, "abps.momentum", "in [0, 1)")
   need(a.early_stopping_patience >= 0, "abps.early_stopping_patience", "≥ 0")
   need(a.tmc_permutations >= 1, "abps.tmc_permutations", "≥ 1")
+  if config.report not in ("", "table1"):
+    raise ConfigError(f"report must be '' or 'table1', got {config.report!r}")
   need(config.reference_rounds >= 0, "reference_rounds", "≥ 0 (0 = rounds)")
   d = config.data
   need(d.num_centers > 0, "data.num_centers", "a positive integer")

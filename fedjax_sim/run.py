@@ -66,8 +66,11 @@ def results_table(summary: dict) -> str:
   return "\n".join(rows)
 
 
-def write_outputs(out_dir: pathlib.Path, summary: dict, per_seed: dict) -> None:
-  """Writes everything to a temporary directory first, then moves it into place (no partial results)."""
+def write_outputs(out_dir: pathlib.Path, summary: dict, per_seed: dict, report: str = "") -> None:
+  """Writes everything to a temporary directory first, then moves it into place (no partial results).
+
+  With ``report = "table1"`` it also writes ``table1.md``, ``ranking.png`` and ``pareto.png``.
+  """
   out_dir.parent.mkdir(parents=True, exist_ok=True)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
   try:
@@ -76,7 +79,14 @@ def write_outputs(out_dir: pathlib.Path, summary: dict, per_seed: dict) -> None:
       for rec in records:
         (tmp / method / f"seed_{rec['seed']}.json").write_text(json.dumps(rec, indent=1, allow_nan=False))
     (tmp / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+    extra = []
+    if report == "table1":
+      from fedjax_sim.report import plot_figures, table1_markdown
+      (tmp / "table1.md").write_text(table1_markdown(summary) + "\n")
+      extra = ["table1.md"] + [p.name for p in plot_figures(summary, tmp)]
     out_dir.mkdir(exist_ok=True)
+    for name in extra:
+      os.replace(tmp / name, out_dir / name)
     for method in per_seed:
       if (out_dir / method).exists():
         shutil.rmtree(out_dir / method)
@@ -136,11 +146,15 @@ def main(argv=None) -> int:
                    "run_s": sum(m["timing"]["run_s"] for m in methods.values())},
         "methods": methods,
     })
-    write_outputs(out_dir, summary, {k: _json_safe(v) for k, v in per_seed.items()})
+    write_outputs(out_dir, summary, {k: _json_safe(v) for k, v in per_seed.items()}, config.report)
   except FedjaxSimError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  print(results_table(summary))
+  if config.report == "table1":
+    from fedjax_sim.report import table1_markdown
+    print(table1_markdown(summary))
+  else:
+    print(results_table(summary))
   log(f"[fedjax_sim] wrote {out_dir / 'summary.json'}")
   return 0
 

@@ -82,14 +82,14 @@ ABPS_PRESETS = {
     "abps_pq_k1_hom": {**_PQK1, "abps.goal": "homogeneity", "abps.metadata": "goal"},
     "abps_pq_k1_div": {**_PQK1, "abps.goal": "diversity", "abps.metadata": "goal"},
     "abps_pq_k1_ali": {**_PQK1, "abps.goal": "alignment", "abps.metadata": "goal"},
-    "abps_x": {"abps.kappa": 1, "abps.wire": "bf16", "abps.head_layers": 2, "abps.goal": "homogeneity",
+    "abps_x": {"rounds": 100, "reference_rounds": 50, "abps.kappa": 1, "abps.wire": "bf16", "abps.head_layers": 2, "abps.goal": "homogeneity",
                "abps.metadata": "goal", "abps.momentum": 0.5, "abps.early_stopping_patience": 10},
 }
 
 # FedAvg with the star-compatible extensions (SPEC §3.3).
 FEDAVG_PRESETS = {
     "fedavg_pq": {"fedavg.head_layers": 1, "fedavg.wire": "bf16"},
-    "fedavg_x": {"fedavg.head_layers": 2, "fedavg.wire": "bf16", "fedavg.server_momentum": 0.5,
+    "fedavg_x": {"rounds": 100, "reference_rounds": 50, "fedavg.head_layers": 2, "fedavg.wire": "bf16", "fedavg.server_momentum": 0.5,
                  "fedavg.early_stopping_patience": 10},
 }
 

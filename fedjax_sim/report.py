@@ -1,0 +1,109 @@
+"""Reports from a summary: paper 000's Table 1 as Markdown and its Figure 3 (ranking, Pareto frontier)."""
+from __future__ import annotations
+
+import math
+import pathlib
+
+# Paper 000 Table 1 row labels, in the paper's order (SPEC §3.3), and the paper's figures (SPEC §3.5).
+TABLE1_ROWS = (
+    ("local", "Local-only", 0.587, None),
+    ("fedavg", "FedAvg", 0.755, 1.00),
+    ("fedprox", "FedProx", 0.753, 1.00),
+    ("feddyn", "FedDyn", 0.758, 1.00),
+    ("moon", "MOON", 0.750, 1.00),
+    ("decefl", "DeceFL", 0.696, None),
+    ("defta", "DeFTA", 0.725, None),
+    ("wpfed", "WPFed", 0.694, None),
+    ("bnn_fl", "BNN+FL", 0.749, 2.00),
+    ("abps", "ABPS (κ=3)", 0.753, 1.50),
+    ("abps_p", "ABPS+P", 0.757, 1.49),
+    ("abps_q", "ABPS+Q", 0.753, 0.75),
+    ("abps_pq_k1", "ABPS+P+Q+κ=1", 0.748, 0.25),
+    ("abps_pq_k1_hom", "ABPS+P+Q+κ=1 (hom.)", 0.742, 0.25),
+    ("abps_pq_k1_div", "ABPS+P+Q+κ=1 (div.)", 0.694, 0.16),
+    ("abps_pq_k1_ali", "ABPS+P+Q+κ=1 (align.)", 0.739, 0.25),
+    ("abps_x", "ABPS-X", 0.758, 0.09),
+    ("fedavg_pq", "FedAvg+P+Q", 0.758, 0.50),
+    ("fedavg_x", "FedAvg-X", 0.691, 0.31),
+    ("centralized", "Centralized", 0.827, None),
+)
+LABELS = {name: label for name, label, _, _ in TABLE1_ROWS}
+
+
+def _ratio(v):
+  return "—" if v is None else f"{v:.2f}×"
+
+
+def table1_markdown(summary: dict) -> str:
+  """Paper 000 Table 1's layout: AUROC mean ± std over seeds, bandwidth, rest fraction, E|P_i|, and the paper's row."""
+  lines = ["| method | AUROC (mean ± std) | bandwidth | rest fraction | E\\|P_i\\| | rounds | paper AUROC | paper bandwidth |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  methods = summary["methods"]
+  for name, label, paper_auc, paper_bw in TABLE1_ROWS:
+    if name not in methods:
+      continue
+    m = methods[name]
+    lines.append(f"| {label} | {m['auroc_mean']:.3f} ± {m['auroc_std']:.3f} | {_ratio(m['bandwidth_ratio'])} "
+                 f"| {m['rest_fraction']:.2f} | {m['mean_partners']:.2f} | {m['rounds_run']} "
+                 f"| {paper_auc:.3f} | {_ratio(paper_bw)} |")
+  others = [n for n in methods if n not in LABELS]
+  for name in others:
+    m = methods[name]
+    lines.append(f"| {name} | {m['auroc_mean']:.3f} ± {m['auroc_std']:.3f} | {_ratio(m['bandwidth_ratio'])} "
+                 f"| {m['rest_fraction']:.2f} | {m['mean_partners']:.2f} | {m['rounds_run']} | — | — |")
+  seeds = next(iter(methods.values()))["seeds"] if methods else []
+  lines.append("")
+  lines.append(f"Seeds {', '.join(map(str, seeds))}; bandwidth relative to full-participation fp32 FedAvg over "
+               "R_ref rounds (SPEC §3.4). Synthetic federation unless the config says otherwise.")
+  return "\n".join(lines)
+
+
+def pareto_front(points):
+  """Indices of the non-dominated points of ``(bytes, auroc)`` (fewer bytes and higher AUROC are better)."""
+  front = []
+  for i, (b, a) in enumerate(points):
+    if not any((b2 <= b and a2 >= a) and (b2 < b or a2 > a) for j, (b2, a2) in enumerate(points) if j != i):
+      front.append(i)
+  return sorted(front, key=lambda i: points[i][0])
+
+
+def plot_figures(summary: dict, out_dir: pathlib.Path) -> list:
+  """Writes ``ranking.png`` (accuracy ranking) and ``pareto.png`` (accuracy–bandwidth frontier, log bytes)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  methods = summary["methods"]
+  names = sorted(methods, key=lambda n: methods[n]["auroc_mean"])
+  fig, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1.2))
+  ax.barh([LABELS.get(n, n) for n in names], [methods[n]["auroc_mean"] for n in names],
+          xerr=[methods[n]["auroc_std"] for n in names], color=["tab:orange" if n.startswith("abps") else "tab:blue"
+                                                                 for n in names])
+  lo = min(methods[n]["auroc_mean"] for n in names)
+  ax.set_xlim(max(0.0, lo - 0.05), 1.0)
+  ax.set_xlabel("mean per-center test AUROC")
+  ax.set_title("Accuracy ranking (paper 000 Fig. 3a layout)")
+  fig.tight_layout()
+  ranking = out_dir / "ranking.png"
+  fig.savefig(ranking, dpi=120)
+  plt.close(fig)
+
+  fed = [n for n in methods if methods[n]["bandwidth_ratio"]]
+  pts = [(methods[n]["bandwidth_ratio"], methods[n]["auroc_mean"]) for n in fed]
+  fig, ax = plt.subplots(figsize=(7, 5))
+  for n, (b, a) in zip(fed, pts):
+    ax.scatter(b, a, color="tab:orange" if n.startswith("abps") else "tab:blue")
+    ax.annotate(LABELS.get(n, n), (b, a), fontsize=7, xytext=(3, 3), textcoords="offset points")
+  front = pareto_front(pts)
+  if front:
+    ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "k--", lw=1, label="Pareto frontier")
+    ax.legend()
+  ax.set_xscale("log")
+  ax.set_xlabel("bytes relative to FedAvg (log scale)")
+  ax.set_ylabel("mean per-center test AUROC")
+  ax.set_title("Accuracy–bandwidth (paper 000 Fig. 3b layout)")
+  fig.tight_layout()
+  pareto = out_dir / "pareto.png"
+  fig.savefig(pareto, dpi=120)
+  plt.close(fig)
+  return [ranking, pareto]
