@@ -1,7 +1,8 @@
 """FedAvg seconds per round on the 230-center clinical federation: compiled engine vs a per-client loop.
 
 Usage:
-  python benchmarks/bench_fedavg.py [--rounds 20] [--loop-rounds 2] [--seeds 1] [--json OUT.json] [--record]
+  python benchmarks/bench_fedavg.py [--rounds 20] [--loop-rounds 2] [--seeds 1] [--also abps_x,...]
+                                    [--json OUT.json] [--record]
 
 Both are timed in the same run on the same machine:
 * engine: the whole R-round simulation as one jitted program (``jit(vmap(simulate))``);
@@ -28,7 +29,7 @@ import numpy as np
 
 from fedjax_sim.algorithms.base import weighted_average
 from fedjax_sim.algorithms.registry import build_method, hyper_from_config
-from fedjax_sim.config import ExperimentConfig
+from fedjax_sim.config import ExperimentConfig, apply_overrides
 from fedjax_sim.engine.local import make_client_update
 from fedjax_sim.engine.simulate import compile_seeds, make_simulation
 from fedjax_sim.experiment import build_federation, seed_keys
@@ -52,8 +53,17 @@ def machine() -> str:
   return f"{dev.platform.upper()}: {dev.device_kind} ×{jax.device_count()}"
 
 
-def time_engine(config, fed, rounds, seeds):
-  algorithm, model = build_method("fedavg", config, fed.num_features)
+def time_engine(config, fed, rounds, seeds, method="fedavg", after_preset=None):
+  """Compile time and seconds per round of ``method``'s whole simulation as one jitted call.
+
+  ``after_preset`` overrides are applied after the method's preset (e.g. to switch off early stopping).
+  """
+  from fedjax_sim.algorithms.registry import preset
+  from fedjax_sim.config import config_for_method
+  config = config_for_method(config, {k: v for k, v in preset(method).items()
+                                      if k not in ("rounds", "reference_rounds")})
+  config = apply_overrides(config, after_preset or {})
+  algorithm, model = build_method(method, config, fed.num_features, fed.num_clients)
   simulate = make_simulation(algorithm, model, rounds)
   keys = seed_keys(list(range(1, seeds + 1)))
   hyper = hyper_from_config(config)
@@ -102,6 +112,8 @@ def main(argv=None):
   p.add_argument("--rounds", type=int, default=20, help="rounds in the compiled engine's timed run")
   p.add_argument("--loop-rounds", type=int, default=2, help="rounds of the per-client loop to time")
   p.add_argument("--seeds", type=int, default=1, help="seeds in the engine's single call")
+  p.add_argument("--also", type=str, default="", help="more methods to time with the engine beside FedAvg, "
+                 "e.g. abps_x,abps (early stopping is switched off so every round works)")
   p.add_argument("--json", type=str, default=None, help="also write the results here")
   p.add_argument("--record", action="store_true", help="append a row to benchmarks/RESULTS.md")
   args = p.parse_args(argv)
@@ -119,12 +131,23 @@ def main(argv=None):
             "engine_compile_s": e_compile, "engine_s_per_round": e_round, "seeds": args.seeds,
             "rounds": args.rounds, "loop_compile_s": l_compile, "loop_s_per_round": l_round,
             "speedup_per_seed_round": speedup, "date": time.strftime("%Y-%m-%d")}
+  others = {}
+  for method in [m for m in args.also.split(",") if m]:
+    # Early stopping off: a stopped program would time no-op rounds.
+    no_stop = {"abps.early_stopping_patience": 0, "fedavg.early_stopping_patience": 0}
+    c_s, r_s = time_engine(config, fed, args.rounds, args.seeds, method, after_preset=no_stop)
+    others[method] = {"compile_s": c_s, "s_per_round": r_s, "vs_fedavg": r_s / e_round}
+    print(f"{method:7s}: compile {c_s:.1f} s; {r_s * 1e3:.1f} ms per round ({r_s / e_round:.2f}× FedAvg's engine round)")
+  result["others"] = others
   if args.json:
     pathlib.Path(args.json).write_text(json.dumps(result, indent=1))
   if args.record:
     with open(RESULTS, "a") as f:
       f.write(f"| {result['date']} | fedavg, 230 centers | {result['machine']} | {args.seeds} | "
               f"{e_compile:.1f} | {e_round * 1e3:.1f} | {l_round * 1e3:.1f} | {speedup:.1f}× |\n")
+      for method, o in others.items():
+        f.write(f"| {result['date']} | {method}, 230 centers (engine only; {o['vs_fedavg']:.2f}× FedAvg's round) "
+                f"| {result['machine']} | {args.seeds} | {o['compile_s']:.1f} | {o['s_per_round'] * 1e3:.1f} | — | — |\n")
   return result
 
 
