@@ -83,5 +83,5 @@ def test_bad_data_messages():
   bad_y = Cohorts((SiteCohort("a", coh.sites[0].x, coh.sites[0].y * 2),), coh.feature_names, coh.continuous)
   with pytest.raises(DataError, match="binary"):
     from_cohorts(bad_y)
-  with pytest.raises(DataError, match="min_site_rows"):
+  with pytest.raises(DataError, match="min_site_rows"), pytest.warns(UserWarning, match="site0, site1"):
     from_cohorts(coh, min_rows=1000)
