@@ -25,7 +25,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from fedjax_sim.algorithms.base import weighted_average
 from fedjax_sim.algorithms.registry import build_method, hyper_from_config

@@ -11,7 +11,6 @@ import dataclasses
 import difflib
 import pathlib
 import tomllib
-import typing
 from typing import Any, Optional
 
 from fedjax_sim.errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from typing import Callable, Optional
+from typing import Callable
 
 import jax
 import jax.numpy as jnp

@@ -1,7 +1,6 @@
 """Reports from a summary: paper 000's Table 1 as Markdown and its Figure 3 (ranking, Pareto frontier)."""
 from __future__ import annotations
 
-import math
 import pathlib
 
 # Paper 000 Table 1 row labels, in the paper's order (SPEC §3.3), and the paper's figures (SPEC §3.5).
@@ -83,10 +82,7 @@ def plot_figures(summary: dict, out_dir: pathlib.Path) -> list:
   ax.set_xlim(max(0.0, lo - 0.05), 1.0)
   ax.set_xlabel("mean per-center test AUROC")
   ax.set_title("Accuracy ranking (paper 000 Fig. 3a layout)")
-  fig.tight_layout()
-  ranking = out_dir / "ranking.png"
-  fig.savefig(ranking, dpi=120)
-  plt.close(fig)
+  ranking = _save(plt, fig, out_dir / "ranking.png")
 
   fed = [n for n in methods if methods[n]["bandwidth_ratio"]]
   pts = [(methods[n]["bandwidth_ratio"], methods[n]["auroc_mean"]) for n in fed]
@@ -102,8 +98,11 @@ def plot_figures(summary: dict, out_dir: pathlib.Path) -> list:
   ax.set_xlabel("bytes relative to FedAvg (log scale)")
   ax.set_ylabel("mean per-center test AUROC")
   ax.set_title("Accuracy–bandwidth (paper 000 Fig. 3b layout)")
+  return [ranking, _save(plt, fig, out_dir / "pareto.png")]
+
+
+def _save(plt, fig, path: pathlib.Path) -> pathlib.Path:
   fig.tight_layout()
-  pareto = out_dir / "pareto.png"
-  fig.savefig(pareto, dpi=120)
+  fig.savefig(path, dpi=120)
   plt.close(fig)
-  return [ranking, pareto]
+  return path

@@ -7,13 +7,12 @@ clients' validation and test splits. States are frozen ``flax.struct`` classes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedjax_sim.data.federation import Federation
 
 
 @struct.dataclass

@@ -15,6 +15,7 @@ of SPEC §3.4); the hashes (``bits``/8 bytes per center) are metadata, reported 
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -50,7 +51,7 @@ def wpfed(model: Model, client_update, *, bits: int = 64, candidates: int = 5, k
     raise ConfigError(f"wpfed.k must be in [1, wpfed.candidates = {candidates}], got {k}")
   template = jax.eval_shape(model.init, jax.random.key(0))
   _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
-  num_params = sum(int(jnp.size(jnp.zeros(s.shape))) for s in jax.tree_util.tree_leaves(template))
+  num_params = sum(math.prod(s.shape) for s in jax.tree_util.tree_leaves(template))
 
   def init(key, federation, hyper):
     if candidates >= federation.num_clients:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from fedjax_sim.models.mlp import MLP, LAYER_NAMES, num_params

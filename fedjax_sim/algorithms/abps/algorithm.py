@@ -10,7 +10,6 @@ models are deployed). ABPS-X composes all of them (SPEC §3.3).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -63,8 +62,7 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
   ``abps_phi_max``, ``abps_momentum``.
   """
   template = jax.eval_shape(model.init, jax.random.key(0))
-  flat0, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
-  num_params = flat0.shape[0]
+  _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
   is_head, _ = ravel_pytree(jax.tree_util.tree_map(
       lambda h, s: jnp.full(s.shape, h), head_mask(template, static.head_layers), template))
   body = ~np.asarray(is_head, bool)  # [P] static: which entries are sent and averaged
