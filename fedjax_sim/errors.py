@@ -11,3 +11,9 @@ class DataError(FedjaxSimError, ValueError):
 
 class ConfigError(FedjaxSimError, ValueError):
   """Bad configuration: an unknown experiment or key, an out-of-range value, ..."""
+
+
+class NumericalFault(FedjaxSimError, ArithmeticError):
+  """A non-finite loss or parameter inside a simulation (exit status 3, not a bad-input 2)."""
+
+  exit_code = 3

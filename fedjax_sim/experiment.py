@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from typing import Callable
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -14,10 +14,14 @@ from fedjax_sim.algorithms.registry import build_method, build_model, hyper_from
 from fedjax_sim.config import ExperimentConfig, config_for_method
 from fedjax_sim.data.cohorts import Cohorts
 from fedjax_sim.data.federation import Federation, from_cohorts
-from fedjax_sim.engine.simulate import compile_seeds, make_simulation
-from fedjax_sim.errors import ConfigError
+from fedjax_sim.checkpoint import RunCheckpoints
+from fedjax_sim.engine.placement import make_placement
+from fedjax_sim.engine.simulate import Program, simulation_parts
+from fedjax_sim.errors import ConfigError, NumericalFault
 from fedjax_sim.metrics import fedavg_reference_bytes
 from fedjax_sim.models import num_params
+from fedjax_sim.progress import Progress
+from fedjax_sim.sweep import Sweep, point_configs, point_label, structural_config
 
 
 def load_cohorts(data) -> Cohorts:
@@ -67,9 +71,20 @@ def seed_keys(seeds) -> jax.Array:
   return jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
 
 
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """How a method's runs are executed (command-line options, not config)."""
+
+  sweep: Sweep = Sweep()  # hyperparameter grid, run with the seeds as one program
+  devices: Optional[int] = None  # devices to shard over (None: every visible device)
+  checkpoint_every: int = 0  # save the state every this many rounds (0: one program, no checkpoints)
+  checkpoints: Optional[RunCheckpoints] = None  # where (required when checkpoint_every > 0)
+  progress: bool = False  # show a progress bar (host callback inside the program)
+
+
 @dataclasses.dataclass
 class MethodRun:
-  """Host-side results of one method over all seeds."""
+  """Host-side results of one method over all seeds (and grid points)."""
 
   name: str
   summary: dict  # the summary.json entry
@@ -79,36 +94,151 @@ class MethodRun:
   traces: int
 
 
-def run_method(name: str, config: ExperimentConfig, federation: Federation) -> MethodRun:
-  """Compiles one program for all seeds of ``name``, runs it, and summarizes (SPEC §6 schema)."""
+def _stack(trees):
+  return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _pad_runs(tree, runs: int):
+  """Pads the leading run axis to ``runs`` with copies of the last run (dropped afterwards)."""
+  def pad(a):
+    extra = runs - a.shape[0]
+    return a if extra == 0 else jnp.concatenate([a, jnp.repeat(a[-1:], extra, axis=0)])
+  return jax.tree_util.tree_map(pad, tree)
+
+
+def _timed(fn, *args):
+  t0 = time.perf_counter()
+  out = fn(*args)
+  return out, time.perf_counter() - t0
+
+
+def run_method(name: str, config: ExperimentConfig, federation: Federation,
+               options: RunOptions = RunOptions()) -> MethodRun:
+  """Compiles one program for all seeds × grid points of ``name``, runs it, and summarizes (SPEC §6).
+
+  Raises:
+    NumericalFault: a run hit a non-finite loss or parameter (the message names
+      the round, the method, the seed and the first affected center).
+  """
   config = config_for_method(config, preset(name))
-  algorithm, model = build_method(name, config, federation.num_features, federation.num_clients)
+  points = point_configs(config, options.sweep)
+  static = structural_config(config, options.sweep)
+  algorithm, model = build_method(name, static, federation.num_features, federation.num_clients)
   fed = algorithm.prepare(federation)
+  seeds = list(config.seeds)
+  runs = len(points) * len(seeds)
+  keys = seed_keys([s for _ in points for s in seeds])  # run r = point r // S, seed r % S
+  if options.sweep:
+    hyper = _stack([hyper_from_config(c) for c in points for _ in seeds])
+  else:
+    hyper = hyper_from_config(config)
+  placement = make_placement(runs, fed.num_clients, options.devices)
+  padded = placement.padded_runs(runs)
+  keys = placement.put_runs(_pad_runs(keys, padded))
+  hyper = placement.put_runs(_pad_runs(hyper, padded)) if options.sweep else placement.put_replicated(hyper)
+  fed = placement.put_replicated(fed)
+
   traces = {"n": 0}
-  simulate = make_simulation(algorithm, model, config.rounds)
-
-  def counted(key, fed_, hyper):
-    traces["n"] += 1  # runs only while tracing: counts compilations
-    return simulate(key, fed_, hyper)
-
-  keys = seed_keys(config.seeds)
-  hyper = hyper_from_config(config)
-  t0 = time.perf_counter()
-  compiled, _ = compile_seeds(counted, keys, fed, hyper)
-  compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  out = jax.block_until_ready(compiled(keys, fed, hyper))
-  run_s = time.perf_counter() - t0
-  summary, per_seed = summarize(name, config, federation, model, algorithm, out)
-  summary["timing"] = {"compile_s": compile_s, "run_s": run_s}
-  summary["preset"] = {k: v for k, v in preset(name).items()}
+  bar = Progress(name, static.rounds, runs) if options.progress else None
+  parts = simulation_parts(algorithm, model, static.rounds)
+  program = Program(parts, hyper_batched=bool(options.sweep), placement=placement,
+                    chunk=options.checkpoint_every or None, on_round=bar.on_round if bar else None,
+                    on_trace=lambda: traces.__setitem__("n", traces["n"] + 1))
+  try:
+    if options.checkpoint_every:
+      out, compile_s, run_s = _run_checkpointed(name, program, keys, fed, hyper, options.checkpoints, bar)
+    else:
+      compiled, compile_s = _timed(lambda: program.run.lower(keys, fed, hyper).compile())
+      out, run_s = _timed(lambda: jax.block_until_ready(compiled(keys, fed, hyper)))
+  finally:
+    if bar is not None:
+      bar.close()
+  out = jax.tree_util.tree_map(lambda a: np.asarray(a)[:runs], out)
+  check_faults(name, out.fault, seeds, options.sweep, federation, options.checkpoints)
+  summary, per_seed = summarize_grid(name, points, options.sweep, federation, model, algorithm, out)
+  summary["timing"] = {"compile_s": compile_s, "run_s": run_s, "devices": placement.num_devices,
+                       "sharded_axis": placement.axis, "traces": traces["n"]}
+  summary["preset"] = dict(preset(name))
   return MethodRun(name, summary, per_seed, compile_s, run_s, traces["n"])
+
+
+def _run_checkpointed(name, program: Program, keys, fed, hyper, ckpt: RunCheckpoints, bar):
+  """Runs ``program`` chunk by chunk, saving after each chunk and resuming from the latest save."""
+  compile_s = 0.0
+  start, dt = _timed(lambda: program.start.lower(keys, fed, hyper).compile())
+  compile_s += dt
+  template = jax.eval_shape(program.start, keys, fed, hyper)
+  t0 = jnp.asarray(1, jnp.int32)
+  advance, dt = _timed(lambda: program.advance.lower(template, fed, hyper, t0).compile())
+  compile_s += dt
+  finish, dt = _timed(lambda: program.finish.lower(template, fed).compile())
+  compile_s += dt
+  t_run = time.perf_counter()
+  done = ckpt.latest_step(name)
+  if done:
+    carry = ckpt.restore(name, done, template)
+    if bar is not None:
+      bar.start_at(done)
+  else:
+    carry = start(keys, fed, hyper)
+  while done < program.rounds:
+    carry = jax.block_until_ready(advance(carry, fed, hyper, jnp.asarray(done + 1, jnp.int32)))
+    done = min(done + program.chunk, program.rounds)
+    fault = np.asarray(carry.fault.round)
+    if np.any(fault > 0):  # keep the last good checkpoint; the fault is reported from ``out``
+      break
+    ckpt.save(name, done, carry)
+  out = jax.block_until_ready(finish(carry, fed))
+  return out, compile_s, time.perf_counter() - t_run
+
+
+def check_faults(name, fault, seeds, sweep: Sweep, federation: Federation, ckpt: Optional[RunCheckpoints]):
+  """Raises :class:`NumericalFault` for the first run (in run order) that hit a non-finite value."""
+  rounds = np.asarray(fault.round)
+  bad = np.flatnonzero(rounds > 0)
+  if bad.size == 0:
+    return
+  r = int(bad[np.argmin(rounds[bad])])  # the earliest faulting round over runs
+  seed = seeds[r % len(seeds)]
+  where = f"seed {seed}"
+  if sweep:
+    where += f", grid point {point_label(sweep.points[r // len(seeds)])}"
+  client = int(np.asarray(fault.client)[r])
+  if client >= 0 and client < federation.num_clients:
+    center = f"first affected center: {client} ({federation.names[client]!r})"
+  else:
+    center = "first affected center: not attributable to one center (a shared model went non-finite)"
+  last = ""
+  if ckpt is not None:
+    step = ckpt.latest_step(name)
+    last = (f" The last checkpoint ({step} rounds) in {ckpt.dir} stays loadable." if step else
+            " No checkpoint was saved before the fault.")
+  raise NumericalFault(
+      f"non-finite loss or parameter in round {int(rounds[r])} of method {name} ({where}); {center}. "
+      f"{int(bad.size)} of {rounds.size} runs were affected. Lower learner.learning_rate or check the data "
+      f"for non-finite values.{last}")
 
 
 def reference_rounds(config: ExperimentConfig, name: str) -> int:
   """R_ref of the bandwidth ratio (SPEC §3.4): the run's rounds, unless ``reference_rounds`` names
   another (the early-stopping rows ABPS-X and FedAvg-X use 50 while running up to 100)."""
   return config.reference_rounds or config.rounds
+
+
+def summarize_grid(name, points, sweep: Sweep, federation, model, algorithm, out):
+  """Summary entry of a method: as :func:`summarize` without a sweep; with one, a ``grid`` list of
+  :func:`summarize` entries, each with its ``point`` (run ``g * S + s`` is point g, seed s)."""
+  if not sweep:
+    return summarize(name, points[0], federation, model, algorithm, out)
+  s = len(points[0].seeds)
+  grid, records = [], []
+  for g, (point, cfg) in enumerate(zip(sweep.points, points)):
+    part = jax.tree_util.tree_map(lambda a: a[g * s:(g + 1) * s], out)
+    entry, per_seed = summarize(name, cfg, federation, model, algorithm, part)
+    grid.append({"point": point, **entry})
+    records += [{"grid_point": g, "point": point, **r} for r in per_seed]
+  return {"sweep": {"keys": list(sweep.keys), "values": [list(v) for v in sweep.values],
+                    "points": len(grid)}, "grid": grid}, records
 
 
 def summarize(name, config, federation, model, algorithm, out):

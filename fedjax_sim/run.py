@@ -1,8 +1,10 @@
-"""Command line: ``python -m fedjax_sim.run EXPERIMENT [--rounds R] [--seeds 11,22] [--out DIR] [--set k=v ...]``.
+"""Command line: ``python -m fedjax_sim.run EXPERIMENT [--rounds R] [--seeds 11,22] [--out DIR] [--set k=v ...]
+[--sweep k=v1,v2 ...] [--devices N] [--checkpoint-every R] [--resume DIR] [--quiet]``.
 
 Runs the named experiment from ``configs/``, prints a results table and writes
 ``OUT/summary.json`` plus ``OUT/METHOD/seed_S.json`` (SPEC §6). Bad input gets
-one message on stderr, exit status 2, and no partial output.
+one message on stderr, exit status 2, and no partial output; a numerical fault
+(a non-finite loss or parameter) exits with status 3.
 """
 from __future__ import annotations
 
@@ -25,15 +27,41 @@ SCHEMA_VERSION = 1
 def parse_args(argv):
   p = argparse.ArgumentParser(
       prog="python -m fedjax_sim.run",
-      description="Run a fedjax_sim experiment (one compiled program per method, all seeds at once).")
-  p.add_argument("experiment", help="experiment name, one of: " + ", ".join(available_experiments()))
+      description="Run a fedjax_sim experiment (one compiled program per method, all seeds and grid points at once).")
+  p.add_argument("experiment", nargs="?", default=None,
+                 help="experiment name, one of: " + ", ".join(available_experiments()))
   p.add_argument("--rounds", type=str, default=None, help="communication rounds (overrides the config)")
   p.add_argument("--seeds", type=str, default=None, help="comma-separated seeds, e.g. 11,22,33")
   p.add_argument("--out", type=str, default=None, help="output directory (default runs/EXPERIMENT)")
   p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                  help="override a config field, e.g. --set learner.learning_rate=3e-3 (repeatable)")
-  p.add_argument("--quiet", action="store_true", help="print only the results table")
+  p.add_argument("--sweep", dest="sweeps", action="append", default=[], metavar="KEY=V1,V2,...",
+                 help="sweep a numeric hyperparameter inside one compiled program, e.g. --sweep kappa=1,2,3 "
+                      "(repeatable: the grid is the product)")
+  p.add_argument("--devices", type=str, default=None,
+                 help="shard over this many of the visible devices (default: all of them)")
+  p.add_argument("--checkpoint-every", type=str, default=None, metavar="R",
+                 help="save the whole simulation state every R rounds (orbax), running R rounds per call")
+  p.add_argument("--checkpoint-dir", type=str, default=None,
+                 help="where checkpoints go (default OUT/checkpoints)")
+  p.add_argument("--resume", type=str, default=None, metavar="DIR",
+                 help="continue a checkpointed run from its checkpoint directory")
+  p.add_argument("--distributed", action="store_true",
+                 help="call jax.distributed.initialize() first (one process per host; see README)")
+  p.add_argument("--quiet", action="store_true", help="print only the results table (no log, no progress bar)")
   return p.parse_args(argv)
+
+
+def _positive_int(flag: str, value):
+  if value is None:
+    return None
+  try:
+    v = int(value, 10)
+  except ValueError:
+    v = 0
+  if v < 1:
+    raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+  return v
 
 
 def overrides_from_args(args) -> dict:
@@ -55,14 +83,18 @@ def _fmt(v, spec):
 
 
 def results_table(summary: dict) -> str:
-  """A Markdown table of the methods in ``summary``."""
+  """A Markdown table of the methods in ``summary`` (one row per grid point of a sweep)."""
   rows = ["| method | AUROC (mean ± std) | bandwidth ratio | rest fraction | E|P_i| | excluded | compile s | run s |",
           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  from fedjax_sim.sweep import point_label
   for name, m in summary["methods"].items():
-    rows.append(
-        f"| {name} | {m['auroc_mean']:.3f} ± {m['auroc_std']:.3f} | {_fmt(m['bandwidth_ratio'], '.2f')}× "
-        f"| {m['rest_fraction']:.2f} | {m['mean_partners']:.2f} | {m['excluded_centers']} "
-        f"| {m['timing']['compile_s']:.1f} | {m['timing']['run_s']:.1f} |")
+    timing = m["timing"]
+    entries = [(name, m)] if "grid" not in m else [(f"{name} [{point_label(e['point'])}]", e) for e in m["grid"]]
+    for label, e in entries:
+      rows.append(
+          f"| {label} | {e['auroc_mean']:.3f} ± {e['auroc_std']:.3f} | {_fmt(e['bandwidth_ratio'], '.2f')}× "
+          f"| {e['rest_fraction']:.2f} | {e['mean_partners']:.2f} | {e['excluded_centers']} "
+          f"| {timing['compile_s']:.1f} | {timing['run_s']:.1f} |")
   return "\n".join(rows)
 
 
@@ -77,7 +109,8 @@ def write_outputs(out_dir: pathlib.Path, summary: dict, per_seed: dict, report: 
     for method, records in per_seed.items():
       (tmp / method).mkdir()
       for rec in records:
-        (tmp / method / f"seed_{rec['seed']}.json").write_text(json.dumps(rec, indent=1, allow_nan=False))
+        stem = f"seed_{rec['seed']}" + (f"_point_{rec['grid_point']}" if "grid_point" in rec else "")
+        (tmp / method / f"{stem}.json").write_text(json.dumps(rec, indent=1, allow_nan=False))
     (tmp / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     extra = []
     if report == "table1":
@@ -106,38 +139,107 @@ def _json_safe(obj):
   return obj
 
 
+def _invocation(args) -> dict:
+  """What ``--resume`` needs to repeat this command (stored in the checkpoint directory's run.json)."""
+  return {"experiment": args.experiment, "sets": list(args.sets), "sweeps": list(args.sweeps),
+          "rounds": args.rounds, "seeds": args.seeds, "out": args.out, "devices": args.devices,
+          "checkpoint_every": args.checkpoint_every, "checkpoint_dir": args.checkpoint_dir}
+
+
+def _resumed_args(args):
+  """``args`` with the invocation stored in ``--resume DIR`` (the flags given now must agree with it)."""
+  from fedjax_sim.checkpoint import RunCheckpoints
+  stored = RunCheckpoints(args.resume).read_manifest()
+  for key in ("experiment", "rounds", "seeds", "out", "checkpoint_every"):
+    given = getattr(args, key)
+    if given is not None and given != stored[key]:
+      raise ConfigError(f"--resume {args.resume}: the run was started with {key} = {stored[key]!r}, "
+                        f"not {given!r}; drop the flag to continue it as it was started")
+  for key in ("sets", "sweeps"):
+    if getattr(args, key) and getattr(args, key) != stored[key]:
+      raise ConfigError(f"--resume {args.resume}: the run was started with --{key[:-1]} {stored[key]}; "
+                        f"a resumed run cannot change them")
+  for key in ("experiment", "sets", "sweeps", "rounds", "seeds", "out", "checkpoint_every"):
+    setattr(args, key, stored[key])
+  if args.devices is None:
+    args.devices = stored["devices"]
+  args.checkpoint_dir = args.resume
+  args.remove_checkpoints = stored.get("checkpoint_dir") is None  # it was the default, inside OUT
+  return args
+
+
 def main(argv=None) -> int:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr, flush=True))
   try:
+    if args.resume is not None:
+      args = _resumed_args(args)
+    if args.experiment is None:
+      raise ConfigError("name an experiment (one of: " + ", ".join(available_experiments()) +
+                        ") or give --resume DIR")
     config = load_experiment(args.experiment, overrides_from_args(args))
+    from fedjax_sim.sweep import parse_sweep
+    sweep = parse_sweep(args.sweeps, config)
+    devices = _positive_int("--devices", args.devices)
+    every = _positive_int("--checkpoint-every", args.checkpoint_every)
+    if args.checkpoint_dir is not None and not every:
+      raise ConfigError("--checkpoint-dir needs --checkpoint-every R")
     out_dir = pathlib.Path(args.out or f"runs/{config.name}")
     import dataclasses
 
     import jax
+    if args.distributed:
+      jax.distributed.initialize()
 
-    from fedjax_sim.experiment import build_federation, run_method
+    from fedjax_sim.checkpoint import RunCheckpoints
+    from fedjax_sim.experiment import RunOptions, build_federation, run_method
+    from fedjax_sim.progress import wanted
+    ckpt = None
+    if every:
+      ckpt = RunCheckpoints(args.checkpoint_dir or out_dir / "checkpoints")
+      if args.resume is None:
+        if (ckpt.dir / "run.json").exists():
+          raise ConfigError(f"{ckpt.dir} already holds a checkpointed run; continue it with --resume {ckpt.dir} "
+                            f"or choose another --checkpoint-dir / --out")
+        ckpt.write_manifest(_invocation(args))
+    options = RunOptions(sweep=sweep, devices=devices, checkpoint_every=every or 0, checkpoints=ckpt,
+                         progress=wanted(args.quiet))
+    grid = f"; sweep {len(sweep.points)} grid points ({' × '.join(sweep.keys)})" if sweep else ""
     log(f"[fedjax_sim] {config.name}: methods {', '.join(config.methods)}; {config.rounds} rounds; "
-        f"seeds {', '.join(map(str, config.seeds))}; backend {jax.default_backend()} ({jax.devices()[0].device_kind})")
+        f"seeds {', '.join(map(str, config.seeds))}{grid}; backend {jax.default_backend()} "
+        f"({jax.device_count()} × {jax.devices()[0].device_kind})")
     t0 = time.perf_counter()
     federation = build_federation(config, warn=lambda m: print(m, file=sys.stderr))
     log(f"[fedjax_sim] federation: {federation.num_clients} clients, {federation.num_features} features, "
         f"{int(federation.n_train.sum())} train rows, {len(federation.buckets)} size buckets "
         f"(padded/useful steps {federation.padded_step_ratio(config.learner.batch_size):.2f}); "
         f"built in {time.perf_counter() - t0:.1f} s")
+    if ckpt is not None:
+      log(f"[fedjax_sim] checkpoints every {every} rounds in {ckpt.dir} (continue with --resume {ckpt.dir})")
     methods, per_seed = {}, {}
+    runs = len(config.seeds) * max(1, len(sweep.points))
     for name in config.methods:
-      run = run_method(name, config, federation)
-      log(f"[fedjax_sim] {name}: AUROC {run.summary['auroc_mean']:.4f} ± {run.summary['auroc_std']:.4f}; "
-          f"{len(config.seeds)} seeds in one compiled call ({run.traces} trace); "
+      record = ckpt.done(name) if ckpt is not None else None
+      if record is not None:
+        log(f"[fedjax_sim] {name}: finished before the interruption (results from {ckpt.dir})")
+        methods[name], per_seed[name] = record["summary"], record["per_seed"]
+        continue
+      run = run_method(name, config, federation, options)
+      what = f"{len(config.seeds)} seeds" + (f" × {len(sweep.points)} grid points" if sweep else "")
+      head = (f"AUROC {run.summary['auroc_mean']:.4f} ± {run.summary['auroc_std']:.4f}; " if not sweep else "")
+      log(f"[fedjax_sim] {name}: {head}{what} in one compiled "
+          f"{'chunk program' if every else 'call'} ({run.traces} trace); "
           f"compile {run.compile_s:.1f} s, run {run.run_s:.2f} s "
-          f"({run.run_s / config.rounds:.3f} s per round for all seeds)")
-      methods[name] = run.summary
-      per_seed[name] = run.per_seed
+          f"({run.run_s / config.rounds:.3f} s per round for all {runs} runs)")
+      methods[name] = _json_safe(run.summary)
+      per_seed[name] = _json_safe(run.per_seed)
+      if ckpt is not None:
+        ckpt.mark_done(name, {"summary": methods[name], "per_seed": per_seed[name]})
     summary = _json_safe({
         "schema_version": SCHEMA_VERSION,
         "experiment": config.name,
         "config": dataclasses.asdict(config),
+        "sweep": {"keys": list(sweep.keys), "values": [list(v) for v in sweep.values]} if sweep else None,
         "federation": {"clients": federation.num_clients, "features": federation.num_features,
                        "train_rows": int(federation.n_train.sum()), "names": list(federation.names)},
         "backend": {"platform": jax.default_backend(), "device": jax.devices()[0].device_kind,
@@ -146,11 +248,14 @@ def main(argv=None) -> int:
                    "run_s": sum(m["timing"]["run_s"] for m in methods.values())},
         "methods": methods,
     })
-    write_outputs(out_dir, summary, {k: _json_safe(v) for k, v in per_seed.items()}, config.report)
+    if jax.process_index() == 0:
+      write_outputs(out_dir, summary, per_seed, config.report if not sweep else "")
+    if ckpt is not None and getattr(args, "remove_checkpoints", args.checkpoint_dir is None):
+      shutil.rmtree(ckpt.dir, ignore_errors=True)  # the default location lives inside OUT; the run is done
   except FedjaxSimError as e:
     print(f"error: {e}", file=sys.stderr)
-    return 2
-  if config.report == "table1":
+    return getattr(e, "exit_code", 2)
+  if config.report == "table1" and not sweep:
     from fedjax_sim.report import table1_markdown
     print(table1_markdown(summary))
   else:

@@ -24,6 +24,7 @@ class RoundMetrics:
   rest_fraction: jax.Array  # [] fraction of clients that exchanged nothing this round
   mean_partners: jax.Array  # [] E|P_i|: mean number of partners (star: 1 for a participant)
   active: jax.Array  # [] 1.0 if the round did work (0 after early stopping)
+  nonfinite_client: jax.Array = 0  # [] int32: 1 + the first client whose local loss or update is non-finite; 0 if none
 
 
 class Algorithm(NamedTuple):
@@ -49,6 +50,15 @@ class Algorithm(NamedTuple):
   prepare: Callable = lambda federation: federation
   sent_params: int = 0
   federated: bool = True
+
+
+def nonfinite_client(loss: jax.Array, params=None) -> jax.Array:
+  """1 + the index of the first client whose loss ``[C]`` (or stacked ``params [C, ...]``) is
+  non-finite, else 0: what :class:`RoundMetrics` reports for the run's fault message."""
+  bad = ~jnp.isfinite(loss)
+  for leaf in jax.tree_util.tree_leaves(params):
+    bad = bad | ~jnp.all(jnp.isfinite(leaf.reshape(leaf.shape[0], -1)), axis=1)
+  return jnp.where(jnp.any(bad), jnp.argmax(bad) + 1, 0).astype(jnp.int32)
 
 
 def weighted_average(stacked, weights: jax.Array):

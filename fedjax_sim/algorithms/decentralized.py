@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients
+from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients, nonfinite_client
 from fedjax_sim.engine.local import bce_with_logits, local_train
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.metrics import p2p_round_bytes
@@ -84,7 +84,8 @@ def _graph_algorithm(name, model, client_update, adj, post) -> Algorithm:
     deg = adj.sum(1)
     metrics = RoundMetrics(bytes=jnp.asarray(p2p_round_bytes(edges, sent), jnp.float32),
                            train_loss=jnp.mean(res.loss), rest_fraction=jnp.mean(deg == 0),
-                           mean_partners=jnp.mean(deg.astype(jnp.float32)), active=jnp.asarray(1.0))
+                           mean_partners=jnp.mean(deg.astype(jnp.float32)), active=jnp.asarray(1.0),
+                           nonfinite_client=nonfinite_client(res.loss, res.params))
     return new_state, metrics
 
   return Algorithm(name=name, init=init, round=round_fn, deployed=lambda s: (s.params, True), sent_params=sent)

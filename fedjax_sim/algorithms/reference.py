@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients
+from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients, nonfinite_client
 from fedjax_sim.data.federation import pooled
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.models import Model
@@ -24,7 +24,8 @@ class CentralState:
 def _metrics(res, bytes_=0.0, rest=1.0, partners=0.0) -> RoundMetrics:
   return RoundMetrics(bytes=jnp.asarray(bytes_, jnp.float32), train_loss=jnp.mean(res.loss),
                       rest_fraction=jnp.asarray(rest, jnp.float32),
-                      mean_partners=jnp.asarray(partners, jnp.float32), active=jnp.asarray(1.0))
+                      mean_partners=jnp.asarray(partners, jnp.float32), active=jnp.asarray(1.0),
+                      nonfinite_client=nonfinite_client(res.loss, res.params))
 
 
 def local_only(model: Model, client_update) -> Algorithm:

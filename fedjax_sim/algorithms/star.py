@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, tree_sub,
-                                        tree_vdot, weighted_average)
+                                        nonfinite_client, tree_vdot, weighted_average)
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.metrics import mean_defined, star_round_bytes
 from fedjax_sim.models import Model, num_params
@@ -94,7 +94,7 @@ def _star(name: str, model: Model, client_update, init_client, post) -> Algorith
     metrics = RoundMetrics(
         bytes=jnp.asarray(star_round_bytes(c, num_params_sent), jnp.float32),
         train_loss=jnp.mean(res.loss), rest_fraction=jnp.asarray(0.0), mean_partners=jnp.asarray(1.0),
-        active=jnp.asarray(1.0))
+        active=jnp.asarray(1.0), nonfinite_client=nonfinite_client(res.loss, res.params))
     return new_state, metrics
 
   return Algorithm(name=name, init=init, round=round_fn, deployed=lambda s: (s.global_params, False),
@@ -222,7 +222,7 @@ def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_b
     metrics = RoundMetrics(
         bytes=jnp.asarray(star_round_bytes(federation.num_clients, sent_params, bytes_per_param), jnp.float32),
         train_loss=jnp.mean(res.loss), rest_fraction=jnp.asarray(0.0), mean_partners=jnp.asarray(1.0),
-        active=jnp.asarray(1.0))
+        active=jnp.asarray(1.0), nonfinite_client=nonfinite_client(res.loss, res.params))
     return early_stop.freeze_if_stopped(state.early.stopped, new_state, state, metrics)
 
   def deployed_fn(state):

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients
+from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients, nonfinite_client
 from fedjax_sim.engine.local import bce_with_logits, local_train
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.models import Model
@@ -82,7 +82,8 @@ def wpfed(model: Model, client_update, *, bits: int = 64, candidates: int = 5, k
     new = jnp.einsum("cs,csp->cp", w, flat[slots])
     metrics = RoundMetrics(bytes=jnp.asarray(c * candidates * num_params * 4.0, jnp.float32),
                            train_loss=jnp.mean(res.loss), rest_fraction=jnp.asarray(0.0),
-                           mean_partners=jnp.asarray(float(k)), active=jnp.asarray(1.0))
+                           mean_partners=jnp.asarray(float(k)), active=jnp.asarray(1.0),
+                           nonfinite_client=nonfinite_client(res.loss, res.params))
     return state.replace(params=jax.vmap(unravel)(new)), metrics
 
   return Algorithm(name="wpfed", init=init, round=round_fn, deployed=lambda s: (s.params, True),

@@ -1,14 +1,25 @@
-"""A whole simulation as one XLA program (SPEC §1 "One XLA program", "Sweeps").
+"""A whole simulation as one XLA program (SPEC §1 "One XLA program", "Sweeps", "Beyond one device").
 
-``simulate(key, federation, hyper)`` scans ``algorithm.round`` over the rounds,
-evaluates the deployed model on every client's validation split after each
-round (the learning curve) and on the test split at the end. Seeds are swept
-with ``jax.vmap`` over keys, and the result is jitted once:
-``jax.jit(jax.vmap(simulate, in_axes=(0, None, None)))``.
+A simulation of one run (one seed, one hyperparameter point) is three pure pieces:
+
+* ``start(key, federation, hyper) -> Carry``: the algorithm's initial state, the
+  per-round keys and empty history buffers;
+* ``step(carry, federation, hyper, t) -> (Carry, val)``: round ``t`` of the
+  algorithm, the validation AUROC of the deployed model (the learning curve),
+  the history write and the non-finite check;
+* ``finish(carry, federation) -> Outcome``: test and validation AUROC at the end.
+
+:func:`make_simulation` composes them into ``simulate(key, federation, hyper)``
+with a ``lax.scan`` over rounds. :class:`Program` runs N runs at once (seeds ×
+grid points on one leading axis) as ``scan(vmap(step))``, either as one
+compiled call for the whole run or, for checkpointed runs, as one compiled
+chunk of rounds reused from chunk to chunk. Both give the same numbers: the
+per-round keys are ``split(k_rounds, R)`` whatever the chunking.
 """
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -16,16 +27,35 @@ from flax import struct
 
 from fedjax_sim.algorithms.base import Algorithm, RoundMetrics
 from fedjax_sim.data.federation import Federation
+from fedjax_sim.engine.placement import Placement
 from fedjax_sim.metrics import batched_auroc, mean_defined
 from fedjax_sim.models import Model
 
 
 @struct.dataclass
 class History:
-  """Per-round records, each with a leading ``[R]`` rounds axis."""
+  """Per-round records, each with a leading ``[R]`` rounds axis (zeros for rounds not run yet)."""
 
-  metrics: RoundMetrics  # bytes, train loss, rest fraction, E|P_i|, active
+  metrics: RoundMetrics  # bytes, train loss, rest fraction, E|P_i|, active, non-finite client
   val_auroc: jax.Array  # [R] mean validation AUROC over clients with both classes
+
+
+@struct.dataclass
+class Fault:
+  """The first numerical fault of a run (SPEC §1: detected inside the program)."""
+
+  round: jax.Array  # [] int32: first round with a non-finite loss or parameter (0 = none)
+  client: jax.Array  # [] int32: first affected client in that round (−1: not attributable to one client)
+
+
+@struct.dataclass
+class Carry:
+  """Everything a run needs to continue: what a checkpoint saves."""
+
+  state: Any  # the algorithm's state
+  round_keys: jax.Array  # [R] the key of each round, split(k_rounds, R)
+  history: History  # [R] records of the rounds run so far
+  fault: Fault
 
 
 @struct.dataclass
@@ -36,6 +66,7 @@ class Outcome:
   history: History
   test_auroc: jax.Array  # [C] per-client test AUROC of the deployed model (NaN: one-class test split)
   val_auroc: jax.Array  # [C] per-client validation AUROC of the deployed model
+  fault: Fault
 
 
 def client_scores(model: Model, params, stacked: bool, x: jax.Array) -> jax.Array:
@@ -49,35 +80,162 @@ def evaluate(model: Model, params, stacked: bool, x, y, m) -> jax.Array:
   return batched_auroc(client_scores(model, params, stacked, x), y, m)
 
 
+def empty_history(rounds: int) -> History:
+  z = lambda dtype=jnp.float32: jnp.zeros((rounds,), dtype)
+  return History(metrics=RoundMetrics(bytes=z(), train_loss=z(), rest_fraction=z(), mean_partners=z(),
+                                      active=z(), nonfinite_client=z(jnp.int32)),
+                 val_auroc=z())
+
+
+def first_nonfinite_client(state, num_clients: int) -> tuple:
+  """``(any_bad, client)``: whether any float leaf of ``state`` is non-finite, and the first client
+  whose slice of a per-client leaf (leading axis C) is (−1 if none is)."""
+  bad_any = jnp.asarray(False)
+  bad_client = jnp.zeros((num_clients,), bool)
+  for leaf in jax.tree_util.tree_leaves(state):
+    if not jnp.issubdtype(leaf.dtype, jnp.floating):
+      continue
+    finite = jnp.isfinite(leaf)
+    bad_any = bad_any | ~jnp.all(finite)
+    if leaf.ndim >= 1 and leaf.shape[0] == num_clients:
+      bad_client = bad_client | ~jnp.all(finite.reshape(num_clients, -1), axis=1)
+  return bad_any, jnp.where(jnp.any(bad_client), jnp.argmax(bad_client), -1).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class SimParts:
+  """The pure pieces of one run (see the module docstring)."""
+
+  start: Callable  # (key, federation, hyper) -> Carry
+  step: Callable  # (carry, federation, hyper, t) -> (Carry, val)
+  finish: Callable  # (carry, federation) -> Outcome
+  rounds: int
+
+
+def simulation_parts(algorithm: Algorithm, model: Model, rounds: int) -> SimParts:
+  """The pieces of one run of ``algorithm`` for ``rounds`` rounds (static: the history length)."""
+
+  def start(key, federation: Federation, hyper) -> Carry:
+    k_init, k_rounds = jax.random.split(key)
+    state = algorithm.init(k_init, federation, hyper)
+    return Carry(state=state, round_keys=jax.random.split(k_rounds, rounds), history=empty_history(rounds),
+                 fault=Fault(round=jnp.asarray(0, jnp.int32), client=jnp.asarray(-1, jnp.int32)))
+
+  def step(carry: Carry, federation: Federation, hyper, t):
+    state, metrics = algorithm.round(carry.round_keys[t - 1], carry.state, federation, hyper, t)
+    params, stacked = algorithm.deployed(state)
+    val = mean_defined(evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val))[0]
+    # Non-finite loss or parameter: record the first round and client (SPEC §1, issue "numerical faults").
+    bad_state, state_client = first_nonfinite_client(state, federation.num_clients)
+    reported = jnp.asarray(metrics.nonfinite_client, jnp.int32)
+    bad = bad_state | ~jnp.isfinite(metrics.train_loss) | (reported > 0)
+    client = jnp.where(reported > 0, reported - 1, state_client)
+    new_fault = (carry.fault.round == 0) & bad
+    fault = Fault(round=jnp.where(new_fault, t, carry.fault.round),
+                  client=jnp.where(new_fault, client, carry.fault.client))
+    i = t - 1
+    hist = carry.history
+    history = History(
+        metrics=jax.tree_util.tree_map(lambda buf, v: buf.at[i].set(jnp.asarray(v, buf.dtype)), hist.metrics, metrics),
+        val_auroc=hist.val_auroc.at[i].set(val))
+    return Carry(state=state, round_keys=carry.round_keys, history=history, fault=fault), val
+
+  def finish(carry: Carry, federation: Federation) -> Outcome:
+    params, stacked = algorithm.deployed(carry.state)
+    test = evaluate(model, params, stacked, federation.x_test, federation.y_test, federation.m_test)
+    val = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val)
+    return Outcome(state=carry.state, history=carry.history, test_auroc=test, val_auroc=val, fault=carry.fault)
+
+  return SimParts(start=start, step=step, finish=finish, rounds=rounds)
+
+
 def make_simulation(algorithm: Algorithm, model: Model, rounds: int):
-  """Returns ``simulate(key, federation, hyper) -> Outcome`` (pure, not yet jitted).
+  """Returns ``simulate(key, federation, hyper) -> Outcome`` for one run (pure, not yet jitted).
 
   Args:
     algorithm: the method, from :mod:`fedjax_sim.algorithms`.
     model: the evaluated model family (for validation/test scoring).
     rounds: number of rounds R (static: it fixes the scan length).
   """
+  parts = simulation_parts(algorithm, model, rounds)
 
   def simulate(key: jax.Array, federation: Federation, hyper) -> Outcome:
-    k_init, k_rounds = jax.random.split(key)
-    state = algorithm.init(k_init, federation, hyper)
-
-    def one_round(state, xs):
-      t, k = xs
-      state, metrics = algorithm.round(k, state, federation, hyper, t)
-      params, stacked = algorithm.deployed(state)
-      val = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val)
-      return state, (metrics, mean_defined(val)[0])
-
-    ts = jnp.arange(1, rounds + 1, dtype=jnp.int32)
-    state, (metrics, val_curve) = jax.lax.scan(one_round, state, (ts, jax.random.split(k_rounds, rounds)))
-    params, stacked = algorithm.deployed(state)
-    test = evaluate(model, params, stacked, federation.x_test, federation.y_test, federation.m_test)
-    val = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val)
-    return Outcome(state=state, history=History(metrics=metrics, val_auroc=val_curve), test_auroc=test,
-                   val_auroc=val)
+    carry = parts.start(key, federation, hyper)
+    carry, _ = jax.lax.scan(lambda c, t: parts.step(c, federation, hyper, t), carry,
+                            jnp.arange(1, rounds + 1, dtype=jnp.int32))
+    return parts.finish(carry, federation)
 
   return simulate
+
+
+class Program:
+  """N runs (seeds × grid points on one leading axis) of one method as compiled programs.
+
+  ``hyper_batched`` says whether ``hyper`` carries the leading run axis (a
+  ``--sweep``) or is shared by every run. ``on_round(t, vals[N])``, when given,
+  is a host callback after every round (the progress display); it changes no
+  number. ``chunk`` rounds run per call of :meth:`advance` (``chunk = R``: the
+  whole run is one call of :meth:`run`).
+  """
+
+  def __init__(self, parts: SimParts, *, hyper_batched: bool, placement: Placement,
+               chunk: Optional[int] = None, on_round: Optional[Callable] = None,
+               on_trace: Optional[Callable] = None):
+    self.parts = parts
+    self.rounds = parts.rounds
+    self.chunk = min(chunk or parts.rounds, parts.rounds)
+    self.placement = placement
+    self.on_round = on_round
+    self.on_trace = on_trace or (lambda: None)
+    hax = 0 if hyper_batched else None
+    self._v_start = jax.vmap(parts.start, in_axes=(0, None, hax))
+    self._v_step = jax.vmap(parts.step, in_axes=(0, None, hax, None))
+    self._v_finish = jax.vmap(parts.finish, in_axes=(0, None))
+    self.start = jax.jit(self._start)
+    self.advance = jax.jit(self._advance)
+    self.finish = jax.jit(self._finish)
+    self.run = jax.jit(self._run)
+
+  # -- traced bodies ---------------------------------------------------------------------------------
+
+  def _start(self, keys, federation, hyper) -> Carry:
+    federation = self.placement.constrain_federation(federation)
+    return self.placement.constrain_carry(self._v_start(keys, federation, hyper), federation.num_clients)
+
+  def _rounds(self, carry, federation, hyper, t0, length: int, guard: bool) -> Carry:
+    c = federation.num_clients
+
+    def one(carry, t):
+      def run_round(carry):
+        carry, vals = self._v_step(carry, federation, hyper, t)
+        if self.on_round is not None:
+          jax.debug.callback(self.on_round, t, vals)
+        return self.placement.constrain_carry(carry, c)
+
+      if guard:  # the last chunk may pass R: those rounds are skipped (t is the same for every run)
+        return jax.lax.cond(t <= self.rounds, run_round, lambda c_: c_, carry), None
+      return run_round(carry), None
+
+    carry, _ = jax.lax.scan(one, carry, t0 + jnp.arange(length, dtype=jnp.int32))
+    return carry
+
+  def _advance(self, carry, federation, hyper, t0) -> Carry:
+    """Rounds ``t0 … t0 + chunk − 1`` (those past R are skipped)."""
+    self.on_trace()
+    federation = self.placement.constrain_federation(federation)
+    carry = self.placement.constrain_carry(carry, federation.num_clients)
+    return self._rounds(carry, federation, hyper, t0, self.chunk, guard=self.rounds % self.chunk != 0)
+
+  def _finish(self, carry, federation) -> Outcome:
+    return self._v_finish(carry, self.placement.constrain_federation(federation))
+
+  def _run(self, keys, federation, hyper) -> Outcome:
+    """The whole simulation, all runs, as one program."""
+    self.on_trace()
+    federation = self.placement.constrain_federation(federation)
+    carry = self._start(keys, federation, hyper)
+    carry = self._rounds(carry, federation, hyper, jnp.asarray(1, jnp.int32), self.rounds, guard=False)
+    return self._v_finish(carry, federation)
 
 
 def compile_seeds(simulate, keys: jax.Array, federation: Federation, hyper):

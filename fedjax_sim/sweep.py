@@ -1,0 +1,149 @@
+"""Hyperparameter sweeps as one vmapped program (SPEC §1 "Sweeps"; issue 4).
+
+``--sweep key=v1,v2,...`` (repeatable) names a grid: the product of the value
+lists, in the order given, the last key varying fastest. Only numeric settings
+that the compiled program reads as *traced* values (the fields of
+:class:`fedjax_sim.algorithms.registry.Hyper`) can be swept; every grid point ×
+seed then becomes one entry of a leading run axis of a single compiled call.
+Settings that change array shapes or program structure (model widths, rounds,
+κ's slot count beyond the largest swept value, head layers, wire format, goal,
+…) are rejected with a message saying so.
+
+κ (``abps.kappa``) is traced but bounded by a static slot count: a sweep over κ
+compiles ABPS with ``kappa_max`` = the largest swept κ; smaller κ leave the
+extra slots empty (null players in the Shapley credit).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Sequence
+
+from fedjax_sim.config import ExperimentConfig, apply_overrides, valid_keys
+from fedjax_sim.errors import ConfigError
+
+# Config key → the method sections that read it (to resolve short names like "kappa").
+SWEEPABLE = {
+    "learner.learning_rate": "learner",
+    "learner.weight_decay": "learner",
+    "fedprox.mu": "fedprox",
+    "feddyn.alpha": "feddyn",
+    "moon.mu": "moon",
+    "moon.temperature": "moon",
+    "abps.kappa": "abps",
+    "abps.epsilon": "abps",
+    "abps.gamma": "abps",
+    "abps.tau_acc": "abps",
+    "abps.alpha0": "abps",
+    "abps.beta0": "abps",
+    "abps.phi_min": "abps",
+    "abps.phi_max": "abps",
+    "abps.momentum": "abps",
+    "fedavg.server_momentum": "fedavg",
+    "graph.defta_decay": "graph",
+}
+"""Every sweepable key: exactly the config fields :func:`~fedjax_sim.algorithms.registry.hyper_from_config` reads."""
+
+# Keys with a static upper bound: the program is built for the largest swept value.
+STATIC_MAX = ("abps.kappa",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+  """A grid of hyperparameter values."""
+
+  keys: tuple = ()  # full dotted keys, in the order given
+  values: tuple = ()  # one tuple of values per key, coerced to the field's type
+
+  @property
+  def points(self) -> list:
+    """Every grid point as ``{key: value}``, the last key varying fastest."""
+    return [dict(zip(self.keys, combo)) for combo in itertools.product(*self.values)]
+
+  def __bool__(self) -> bool:
+    return bool(self.keys)
+
+
+def _section_of_method(method: str) -> str:
+  if method.startswith("abps"):
+    return "abps"
+  if method in ("fedavg_pq", "fedavg_x"):
+    return "fedavg"
+  if method in ("defta",):
+    return "graph"
+  return method
+
+
+def resolve_key(key: str, methods: Sequence[str]) -> str:
+  """A dotted sweepable key from ``key`` (dotted, or a short field name such as ``kappa``).
+
+  Raises:
+    ConfigError: unknown key, a key that cannot be swept, or an ambiguous short name.
+  """
+  if key in SWEEPABLE:
+    return key
+  matches = [k for k in SWEEPABLE if k.split(".", 1)[1] == key]
+  if len(matches) > 1:
+    sections = {_section_of_method(m) for m in methods}
+    matches = [k for k in matches if SWEEPABLE[k] in sections] or matches
+    if len(matches) > 1:
+      raise ConfigError(f"--sweep {key}: ambiguous; write one of {', '.join(matches)}")
+  if matches:
+    return matches[0]
+  if key == "seeds":
+    raise ConfigError("--sweep seeds: seeds are always run together; list them with --seeds 11,22,33")
+  known = [k for k in valid_keys() if k == key or k.split(".")[-1] == key]
+  if known:
+    raise ConfigError(
+        f"--sweep {known[0]}: this setting changes array shapes or program structure, so it cannot be swept "
+        f"inside one compiled program; run its values as separate experiments with --set {known[0]}=VALUE. "
+        f"Sweepable keys: {', '.join(SWEEPABLE)}")
+  raise ConfigError(f"--sweep: unknown key {key!r}. Sweepable keys: {', '.join(SWEEPABLE)}")
+
+
+def parse_sweep(items: Sequence[str], config: ExperimentConfig) -> Sweep:
+  """Parses ``--sweep`` arguments against ``config`` (values validated as ``--set`` would be).
+
+  Raises:
+    ConfigError: malformed item, unsweepable or repeated key, empty or invalid value.
+  """
+  keys, values = [], []
+  for item in items:
+    if "=" not in item:
+      raise ConfigError(f"--sweep expects KEY=V1,V2,..., got {item!r}. Sweepable keys: {', '.join(SWEEPABLE)}")
+    raw_key, raw_vals = item.split("=", 1)
+    key = resolve_key(raw_key.strip(), config.methods)
+    if key in keys:
+      raise ConfigError(f"--sweep {key} given twice; list all its values in one --sweep")
+    vals = [v.strip() for v in raw_vals.split(",") if v.strip()]
+    if not vals:
+      raise ConfigError(f"--sweep {key}: no values given (expected {key}=V1,V2,...)")
+    coerced = []
+    for v in vals:
+      checked = apply_overrides(config, {key: v})  # coerces and range-checks like --set
+      section, field = key.split(".")
+      coerced.append(getattr(getattr(checked, section), field))
+    if len(set(coerced)) != len(coerced):
+      raise ConfigError(f"--sweep {key}: repeated values {vals}")
+    keys.append(key)
+    values.append(tuple(coerced))
+  return Sweep(keys=tuple(keys), values=tuple(values))
+
+
+def point_configs(config: ExperimentConfig, sweep: Sweep) -> list:
+  """The method config of every grid point (one entry, ``config`` itself, without a sweep)."""
+  if not sweep:
+    return [config]
+  return [apply_overrides(config, point) for point in sweep.points]
+
+
+def structural_config(config: ExperimentConfig, sweep: Sweep) -> ExperimentConfig:
+  """The config the program is built from: ``config`` with each static-bounded key at its largest value."""
+  over = {k: max(v) for k, v in zip(sweep.keys, sweep.values) if k in STATIC_MAX}
+  return apply_overrides(config, over) if over else config
+
+
+def point_label(point: dict) -> str:
+  """``abps.kappa=1, abps.epsilon=0.05`` → a short label ``kappa=1 epsilon=0.05``."""
+  return " ".join(f"{k.split('.', 1)[1]}={v:g}" if isinstance(v, float) else f"{k.split('.', 1)[1]}={v}"
+                  for k, v in point.items())

@@ -1,0 +1,173 @@
+"""Issue 4 through the command line: sweeps, checkpoint/kill/resume, numerical faults, several devices."""
+import json
+import os
+import re
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sim import checkpoint, experiment, run
+
+TINY = ["--set", "data.num_centers=6", "--set", "data.total_stays=900", "--set", "learner.hidden=8,4",
+        "--set", "learner.num_buckets=1", "--set", "learner.local_epochs=1", "--quiet"]
+
+
+def _strip_timing(obj):
+  """summary.json without wall-clock fields (they differ between any two runs)."""
+  if isinstance(obj, dict):
+    return {k: _strip_timing(v) for k, v in obj.items() if k != "timing"}
+  if isinstance(obj, list):
+    return [_strip_timing(v) for v in obj]
+  return obj
+
+
+def test_sweep_kappa_epsilon_is_one_program_with_a_grid_entry_per_point(tmp_path, capsys):
+  out = tmp_path / "sweep"
+  code = run.main(["abps", "--sweep", "kappa=1,2,3", "--sweep", "epsilon=0.05,0.1", "--seeds", "11,22",
+                   "--rounds", "2", "--out", str(out)] + TINY)
+  assert code == 0
+  summary = json.loads((out / "summary.json").read_text())
+  m = summary["methods"]["abps"]
+  assert m["timing"]["traces"] == 1  # the whole 6 × 2 grid compiled once
+  assert [e["point"] for e in m["grid"]] == [{"abps.kappa": k, "abps.epsilon": e}
+                                            for k in (1, 2, 3) for e in (0.05, 0.1)]
+  for e in m["grid"]:
+    assert e["seeds"] == [11, 22] and len(e["per_seed"]) == 2
+    assert e["mean_partners"] <= e["point"]["abps.kappa"] + 1e-9  # κ is honoured per grid point
+  assert summary["sweep"]["keys"] == ["abps.kappa", "abps.epsilon"]
+  assert len(list((out / "abps").glob("seed_*_point_*.json"))) == 12
+  table = capsys.readouterr().out
+  assert "abps [kappa=3 epsilon=0.1]" in table
+
+
+@pytest.mark.parametrize("item, needle", [
+    ("abps.head_layers=0,1", "changes array shapes or program structure"),
+    ("hidden=8,16", "changes array shapes or program structure"),
+    ("rounds=2,3", "changes array shapes or program structure"),
+    ("nonsense=1,2", "unknown key"),
+    ("kappa=0,1", "abps.kappa must be ≥ 1"),
+    ("mu=0.1,0.2", "ambiguous"),
+    ("kappa", "expects KEY=V1,V2"),
+])
+def test_bad_sweeps_get_one_message_and_exit_2(tmp_path, capsys, item, needle):
+  out = tmp_path / "bad"
+  assert run.main(["fedavg", "--sweep", item, "--out", str(out)] + TINY) == 2
+  err = capsys.readouterr().err
+  assert needle in err and err.count("error:") == 1
+  assert not out.exists()
+
+
+def test_killed_checkpointed_run_resumes_to_identical_results(tmp_path, monkeypatch):
+  args = ["fedavg", "--rounds", "3", "--seeds", "1,2", "--checkpoint-every", "1"] + TINY
+  full = tmp_path / "full"
+  assert run.main(args + ["--out", str(full)]) == 0
+  assert not (full / "checkpoints").exists()  # removed once the run is done
+
+  def kill_after_two(method, rounds_done):
+    if rounds_done == 2:
+      raise checkpoint.SimulatedKill()
+
+  monkeypatch.setattr(checkpoint, "AFTER_SAVE_HOOK", kill_after_two)
+  part = tmp_path / "part"
+  with pytest.raises(checkpoint.SimulatedKill):
+    run.main(args + ["--out", str(part)])
+  assert not (part / "summary.json").exists()  # no half-written results
+  ckdir = part / "checkpoints"
+  assert checkpoint.RunCheckpoints(ckdir).latest_step("fedavg") == 2
+  monkeypatch.setattr(checkpoint, "AFTER_SAVE_HOOK", None)
+  assert run.main(["--resume", str(ckdir), "--quiet"]) == 0
+  a = json.loads((full / "summary.json").read_text())
+  b = json.loads((part / "summary.json").read_text())
+  assert _strip_timing(a) == _strip_timing(b)
+  for seed in (1, 2):
+    assert (json.loads((full / "fedavg" / f"seed_{seed}.json").read_text())
+            == json.loads((part / "fedavg" / f"seed_{seed}.json").read_text()))
+  # The chunked program gives the one-program numbers.
+  one = tmp_path / "one"
+  assert run.main(["fedavg", "--rounds", "3", "--seeds", "1,2", "--out", str(one)] + TINY) == 0
+  c = json.loads((one / "summary.json").read_text())
+  assert c["methods"]["fedavg"]["auroc_mean"] == pytest.approx(a["methods"]["fedavg"]["auroc_mean"], abs=1e-6)
+
+
+def test_resume_rejects_a_directory_without_a_run_and_changed_flags(tmp_path, capsys):
+  assert run.main(["--resume", str(tmp_path), "--quiet"]) == 2
+  assert "not a checkpoint directory" in capsys.readouterr().err
+  checkpoint.RunCheckpoints(tmp_path).write_manifest(
+      {"experiment": "fedavg", "sets": [], "sweeps": [], "rounds": "3", "seeds": "1", "out": None,
+       "devices": None, "checkpoint_every": "1", "checkpoint_dir": str(tmp_path)})
+  assert run.main(["--resume", str(tmp_path), "--rounds", "5", "--quiet"]) == 2
+  assert "started with rounds = '3'" in capsys.readouterr().err
+
+
+def test_nonfinite_parameters_stop_the_run_naming_round_method_and_center(tmp_path, monkeypatch, capsys):
+  real_build = experiment.build_method
+
+  def poisoned(name, config, num_features, num_clients=0):
+    algorithm, model = real_build(name, config, num_features, num_clients)
+
+    def round_fn(key, state, fed, hyper, t):
+      state, metrics = algorithm.round(key, state, fed, hyper, t)
+      bad = jax.tree_util.tree_map(lambda a: jnp.where(t == 3, jnp.nan, a), state.global_params)
+      return state.replace(global_params=bad), metrics
+
+    return algorithm._replace(round=round_fn), model
+
+  monkeypatch.setattr(experiment, "build_method", poisoned)
+  out = tmp_path / "nan"
+  code = run.main(["fedavg", "--rounds", "4", "--seeds", "1", "--checkpoint-every", "1", "--out", str(out)] + TINY)
+  err = capsys.readouterr().err
+  assert code == 3
+  assert "non-finite loss or parameter in round 3 of method fedavg (seed 1)" in err
+  assert "The last checkpoint (2 rounds)" in err
+  assert not (out / "summary.json").exists()
+  ck = checkpoint.RunCheckpoints(out / "checkpoints")
+  assert ck.latest_step("fedavg") == 2  # the faulty chunk was not saved; the last good one loads
+  assert (out / "checkpoints" / "fedavg" / "2").is_dir()
+
+
+def test_nonfinite_local_loss_names_the_first_center(tmp_path, capsys):
+  out = tmp_path / "lr"
+  code = run.main(["local", "--rounds", "2", "--seeds", "1", "--set", "learner.learning_rate=1e38",
+                   "--out", str(out)] + TINY)
+  err = capsys.readouterr().err
+  assert code == 3 and "in round 1 of method local (seed 1)" in err
+  assert re.search(r"first affected center: \d+ \('[^']+'\)", err)
+  assert err.count("error:") == 1 and not out.exists()
+
+
+DEVICES_SCRIPT = r"""
+import json, sys
+import numpy as np
+from fedjax_sim.config import load_experiment
+from fedjax_sim.experiment import RunOptions, build_federation, run_method
+from fedjax_sim.sweep import parse_sweep
+out = {}
+for method in ("fedavg", "abps"):
+  cfg = load_experiment(method, {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": "8,4",
+                                 "learner.num_buckets": 1, "learner.local_epochs": 1, "rounds": 2, "seeds": "1,2"})
+  fed = build_federation(cfg, warn=lambda m: None)
+  for devices in (1, 4):
+    r = run_method(method, cfg, fed, RunOptions(devices=devices))
+    out[f"{method}/{devices}"] = {
+        "axis": r.summary["timing"]["sharded_axis"],
+        "values": [x for rec in r.per_seed for x in rec["test_auroc_per_center"] + rec["val_auroc_curve"]
+                   if x is not None] + [r.summary["bytes"]]}
+print(json.dumps(out))
+"""
+
+
+def test_four_devices_equal_one_device(tmp_path):
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+  root = pathlib.Path(__file__).resolve().parent.parent
+  proc = subprocess.run([sys.executable, "-c", DEVICES_SCRIPT], env=env, cwd=root, capture_output=True, text=True,
+                        timeout=1500)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  res = json.loads(proc.stdout.strip().splitlines()[-1])
+  for method in ("fedavg", "abps"):
+    assert res[f"{method}/1"]["axis"] == "none" and res[f"{method}/4"]["axis"] == "clients"
+    np.testing.assert_allclose(res[f"{method}/4"]["values"], res[f"{method}/1"]["values"], atol=1e-5)
