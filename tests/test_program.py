@@ -147,3 +147,29 @@ def test_swept_hyperparameters_are_one_program_and_equal_separate_runs(fed):
     alone = Program(simulation_parts(algorithm, model, ROUNDS), hyper_batched=False,
                     placement=Placement()).run(_keys([3, 4]), fed, _hyper(lr))
     np.testing.assert_allclose(np.asarray(out.state.w[2 * g:2 * g + 2]), np.asarray(alone.state.w), rtol=1e-6)
+
+
+class _FakeTTY:
+  def __init__(self):
+    self.text = ""
+
+  def write(self, s):
+    self.text += s
+
+  def flush(self):
+    pass
+
+  def isatty(self):
+    return True
+
+
+def test_progress_display_shows_rounds_eta_and_val_auroc_only_on_a_terminal():
+  from fedjax_sim.progress import Progress, wanted
+  tty = _FakeTTY()
+  assert wanted(False, tty) and not wanted(True, tty)
+  assert not wanted(False, type("Pipe", (), {"isatty": lambda self: False})())
+  bar = Progress("fedavg", 10, 2, stream=tty, delay=0.0)
+  for t in range(1, 11):
+    bar.on_round(np.int32(t), np.array([0.5, 0.7]))
+  bar.close()
+  assert "fedavg" in tty.text and "10/10" in tty.text and "val AUROC 0.6000" in tty.text and "<" in tty.text

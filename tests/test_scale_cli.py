@@ -157,6 +157,17 @@ for method in ("fedavg", "abps"):
         "axis": r.summary["timing"]["sharded_axis"],
         "values": [x for rec in r.per_seed for x in rec["test_auroc_per_center"] + rec["val_auroc_curve"]
                    if x is not None] + [r.summary["bytes"]]}
+# Runs axis: 3 grid points x 2 seeds = 6 runs >= 6 centers, padded to 8 runs on 4 devices.
+cfg = load_experiment("fedavg", {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": "8,4",
+                                 "learner.num_buckets": 1, "learner.local_epochs": 1, "rounds": 2, "seeds": "1,2"})
+fed = build_federation(cfg, warn=lambda m: None)
+sweep = parse_sweep(["learning_rate=1e-3,2e-3,3e-3"], cfg)
+for devices in (1, 4):
+  r = run_method("fedavg", cfg, fed, RunOptions(sweep=sweep, devices=devices))
+  out[f"sweep/{devices}"] = {
+      "axis": r.summary["timing"]["sharded_axis"],
+      "values": [x for rec in r.per_seed for x in rec["test_auroc_per_center"] + rec["val_auroc_curve"]
+                 if x is not None]}
 print(json.dumps(out))
 """
 
@@ -171,3 +182,5 @@ def test_four_devices_equal_one_device(tmp_path):
   for method in ("fedavg", "abps"):
     assert res[f"{method}/1"]["axis"] == "none" and res[f"{method}/4"]["axis"] == "clients"
     np.testing.assert_allclose(res[f"{method}/4"]["values"], res[f"{method}/1"]["values"], atol=1e-5)
+  assert res["sweep/4"]["axis"] == "runs" and len(res["sweep/4"]["values"]) == len(res["sweep/1"]["values"])
+  np.testing.assert_allclose(res["sweep/4"]["values"], res["sweep/1"]["values"], atol=1e-5)
