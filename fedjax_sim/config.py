@@ -110,6 +110,7 @@ class ABPSConfig:
   goal: str = "none"  # goal-aware filter: none, homogeneity, diversity, alignment
   metadata: str = "base"  # metadata vector: base (3-dim) or goal (15-dim)
   keep_fraction: float = 0.25  # fraction of ordered pairs the goal filter keeps (τ_sim calibration)
+  pool_size: int = 0  # candidate pool size M per center (0 = every other center, the paper's C × C beliefs)
   head_layers: int = 0  # personalized head layers kept local: 0, 1 or 2
   wire: str = "fp32"  # wire format of sent parameters: fp32 or bf16
   momentum: float = 0.0  # β of the momentum on each center's aggregation delta (ABPS-X: 0.5)
@@ -281,6 +282,7 @@ def validate(config: ExperimentConfig) -> None:
   need(a.alpha0 > 0 and a.beta0 > 0, "abps.alpha0", "positive (and so must abps.beta0)")
   need(a.phi_max > a.phi_min, "abps.phi_max", "greater than abps.phi_min")
   need(0 < a.keep_fraction <= 1, "abps.keep_fraction", "in (0, 1]")
+  need(a.pool_size >= 0, "abps.pool_size", "≥ 0")
   need(a.head_layers in (0, 1, 2) and a.head_layers <= len(config.learner.hidden), "abps.head_layers",
        "0, 1 or 2 (and at most the number of hidden layers)")
   need(0 <= a.momentum < 1, "abps.momentum", "in [0, 1)")

@@ -95,3 +95,76 @@ def test_head_mask_picks_the_last_layers_from_the_input():
   assert one["head"]["kernel"] and not one["hidden_1"]["kernel"] and not one["hidden_0"]["bias"]
   assert two["head"]["bias"] and two["hidden_1"]["kernel"] and not two["hidden_0"]["kernel"]
   assert not any(jax.tree_util.tree_leaves(head_mask(params, 0)))
+
+
+# --- candidate pools (issue 4: beliefs [C, M]) -------------------------------------------------------
+
+def _outcome(name, fed, rounds, **abps):
+  algorithm, model, hyper, _ = setup(name, fed, **abps)
+  return jax.jit(make_simulation(algorithm, model, rounds))(jax.random.key(3), fed, hyper)
+
+
+def test_pool_size_zero_and_every_other_center_give_identical_runs(fed):
+  c = fed.num_clients
+  a = _outcome("abps_pq_k1_hom", fed, 2, pool_size=0)
+  b = _outcome("abps_pq_k1_hom", fed, 2, pool_size=c - 1)
+  assert a.state.alpha.shape == (c, c - 1)
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.fixture(scope="module")
+def fed12():
+  return from_cohorts(make_cohorts(num_sites=12, sizes=[40, 60, 80, 90, 100, 120, 150, 200, 70, 50, 110, 130],
+                                   seed=1), batch_size=32, num_buckets=2)
+
+
+def test_pooled_run_keeps_beliefs_on_the_pool(fed12):
+  c, m = fed12.num_clients, 4
+  algorithm, _, hyper, state = setup("abps_pq_k1_hom", fed12, pool_size=m)
+  index, valid, rev = (np.asarray(a) for a in (state.pool.index, state.pool.valid, state.pool.rev))
+  assert index.shape == valid.shape == rev.shape == state.alpha.shape == state.pulls.shape == (c, m)
+  assert (np.diff(index, axis=1) > 0).all() and not (index == np.arange(c)[:, None]).any()
+  step = jax.jit(algorithm.round)
+  hyper = hyper.replace(abps_tau_acc=jnp.float32(0.0))
+  for t in (1, 2, 3):
+    new, metrics = step(jax.random.key(10 + t), state, fed12, hyper, jnp.int32(t))
+    assert new.alpha.shape == (c, m)
+    np.testing.assert_array_equal(np.asarray(new.pool.index), index)
+    np.testing.assert_allclose(np.asarray(new.alpha + new.beta - 2.0), np.asarray(new.pulls), atol=1e-5)
+    seen = np.asarray(new.pulls - state.pulls)
+    assert set(np.unique(seen)) <= {0.0, 1.0} and (seen.sum(1) <= 1).all()  # κ = 1: at most one partner observed
+    deg = float(metrics.mean_partners) * c
+    assert 0 < deg <= c and seen.sum() <= deg
+    assert float(metrics.rest_fraction) == pytest.approx(1.0 - float(metrics.mean_partners))
+    assert float(metrics.bytes) == pytest.approx(deg / 2 * 2 * algorithm.sent_params * 2)  # bf16
+    for i, mm in zip(*np.nonzero(seen)):
+      j, r = index[i, mm], rev[i, mm]
+      # i proposed to j (a candidate of i), or j proposed to i (i a candidate in j's pool).
+      assert valid[i, mm] or (r >= 0 and valid[j, r])
+      if r >= 0:  # both hold a belief about the other: both observed the exchange
+        assert seen[j, r] == 1.0
+    state = new
+
+
+def test_pooled_program_has_no_c_by_c_array(monkeypatch):
+  """Lowers init and one round at C = 211 with M = 8: no intermediate is C × C (or C × (C − 1)) (issue 4)."""
+  import re
+  from fedjax_sim.algorithms.abps import goal_filter, pool
+  monkeypatch.setattr(goal_filter, "EXACT_MAX_PAIRS", 0)  # sampled τ_sim, as at scale
+  monkeypatch.setattr(goal_filter, "THRESHOLD_SAMPLES", 4096)
+  monkeypatch.setattr(pool, "BLOCK_ROWS", 64)
+  c = 211
+  tiny = from_cohorts(make_cohorts(num_sites=4, sizes=[60] * 4), batch_size=32, num_buckets=1)
+  shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct((c,) + a.shape[1:], a.dtype), tiny)
+  shapes = shapes.replace(names=tuple(f"c{i}" for i in range(c)))
+  found = {}
+  for size in (8, 0):  # 0: the paper's C × C beliefs, the positive control
+    algorithm, _, hyper, _ = setup("abps_pq_k1_hom", tiny, pool_size=size)
+    key = jax.random.key(0)
+    state = jax.eval_shape(algorithm.init, key, shapes, hyper)
+    text = (jax.jit(algorithm.init).lower(key, shapes, hyper).as_text()
+            + jax.jit(algorithm.round).lower(key, state, shapes, hyper, jnp.int32(1)).as_text())
+    dims = [tuple(int(d) for d in s.split("x")) for s in re.findall(r"tensor<([0-9x]+)x[a-z0-9]+>", text)]
+    found[size] = [d for d in dims if sum(x in (c - 1, c) for x in d) >= 2]
+  assert not found[8] and found[0]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fedjax_sim.algorithms.abps import goal_filter, posterior, shapley, topology
+from fedjax_sim.algorithms.abps import goal_filter, pool, posterior, shapley, topology
 
 
 # --- Shapley -------------------------------------------------------------------------------------
@@ -105,39 +105,212 @@ def test_goal_scores_definitions():
   assert np.asarray(goal_filter.candidate_mask(v, "none")).sum() == 6
 
 
+@pytest.mark.parametrize("goal", ["homogeneity", "diversity", "alignment"])
+def test_sampled_threshold_is_close_to_the_exact_quantile(goal):
+  meta_z = goal_filter.zscore_metadata(jax.random.normal(jax.random.key(1), (300, 15)))
+  feat = goal_filter.goal_features(meta_z, goal)
+  f = np.array(goal_filter.goal_scores(meta_z, goal))
+  exact = float(goal_filter.calibrate_threshold(jnp.asarray(f), 0.25))
+  sampled = float(goal_filter.sampled_threshold(jax.random.key(2), feat, goal, 0.25, num_samples=1 << 16))
+  off = f[~np.eye(300, dtype=bool)]
+  # Close in rank: the sampled τ_sim keeps 25% ± 1% of the ordered pairs.
+  assert abs(np.mean(off >= sampled) - 0.25) < 0.01 and abs(sampled - exact) < 0.05
+
+
+# --- candidate pools ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("goal", ["homogeneity", "diversity", "alignment"])
+def test_blockwise_top_pool_equals_the_dense_top_m(goal):
+  c, m = 37, 5
+  meta_z = goal_filter.zscore_metadata(jax.random.normal(jax.random.key(0), (c, 15)))
+  index, f = pool.top_pool(goal_filter.goal_features(meta_z, goal), goal, m, block_rows=8)  # 5 blocks, padded
+  dense = np.array(goal_filter.goal_scores(meta_z, goal))
+  np.fill_diagonal(dense, -np.inf)
+  top = np.sort(np.argsort(-dense, axis=1, kind="stable")[:, :m], axis=1)
+  np.testing.assert_array_equal(np.asarray(index), top)
+  np.testing.assert_allclose(np.asarray(f), np.take_along_axis(dense, top, 1), atol=1e-6)
+
+
+def test_random_pool_draws_distinct_other_centers():
+  index = np.asarray(pool.random_pool(jax.random.key(3), 40, 6))
+  assert index.shape == (40, 6) and (np.diff(index, axis=1) > 0).all()  # distinct, ascending
+  assert not (index == np.arange(40)[:, None]).any() and index.min() >= 0 and index.max() < 40
+  # Every center is drawn about equally often across rows (uniform over the others).
+  counts = np.bincount(pool.random_pool(jax.random.key(4), 400, 8).ravel(), minlength=400)
+  assert counts.mean() == 8 and counts.max() < 25
+
+
+@pytest.mark.parametrize("make", ["full", "random", "top"])
+def test_reverse_index_finds_each_center_in_its_peers_pools(make):
+  c = 23
+  if make == "full":
+    index = pool.full_pool(c)
+  elif make == "random":
+    index = pool.random_pool(jax.random.key(5), c, 4)
+  else:
+    meta_z = goal_filter.zscore_metadata(jax.random.normal(jax.random.key(6), (c, 15)))
+    index, _ = pool.top_pool(goal_filter.goal_features(meta_z, "homogeneity"), "homogeneity", 4)
+  index = np.asarray(index)
+  rev = np.asarray(pool.reverse_index(jnp.asarray(index)))
+  for i in range(c):
+    for m, j in enumerate(index[i]):
+      row = index[j].tolist()
+      assert rev[i, m] == (row.index(i) if i in row else -1)
+  if make == "full":
+    assert (rev >= 0).all()
+
+
+@pytest.mark.parametrize("goal", ["none", "homogeneity"])
+def test_full_pool_is_the_candidate_mask_without_its_diagonal(goal):
+  c = 9
+  meta = jax.random.normal(jax.random.key(7), (c, 15))
+  mask = np.asarray(goal_filter.candidate_mask(meta, goal, 0.25))
+  for size in (0, c - 1, c + 5):
+    p = pool.build_pool(jax.random.key(0), meta, goal, 0.25, size)
+    index = np.asarray(p.index)
+    np.testing.assert_array_equal(index, [[j for j in range(c) if j != i] for i in range(c)])
+    np.testing.assert_array_equal(np.asarray(p.valid), mask[np.arange(c)[:, None], index])
+
+
+def test_pooled_goal_filter_keeps_the_top_m_and_flags_those_above_tau():
+  c, m = 30, 4
+  meta = jax.random.normal(jax.random.key(8), (c, 15))
+  p = pool.build_pool(jax.random.key(0), meta, "homogeneity", 0.25, m)
+  f = np.array(goal_filter.goal_scores(goal_filter.zscore_metadata(meta), "homogeneity"))
+  tau = float(goal_filter.calibrate_threshold(jnp.asarray(f), 0.25))  # exact at this size
+  index, valid = np.asarray(p.index), np.asarray(p.valid)
+  assert index.shape == (c, m) and valid.shape == (c, m)
+  np.fill_diagonal(f, -np.inf)
+  tie = np.abs(f - tau) < 1e-6  # the blockwise f may differ from the dense one in the last bit
+  f_pool = np.take_along_axis(f, index, 1)
+  clear = ~np.take_along_axis(tie, index, 1)
+  np.testing.assert_array_equal(valid[clear], (f_pool >= tau)[clear])
+  # The flagged pool members are each center's best candidates: C_i ∩ pool_i = top-M of C_i.
+  for i in range(c):
+    if not tie[i].any():
+      assert valid[i].sum() == min(m, (f[i] >= tau).sum())
+
+
 # --- propose–reject ------------------------------------------------------------------------------
 
-_propose_reject = jax.jit(topology.propose_reject)
+_random_pool = jax.jit(pool.random_pool, static_argnums=(1, 2))
+_reverse_index = jax.jit(pool.reverse_index)
+_match = jax.jit(topology.match_proposals, static_argnums=5)
+_propose_reject = jax.jit(topology.propose_reject, static_argnums=7)
+SHAPES = [(2, 1), (4, 3), (12, 11), (5, 2), (12, 3)]  # (C, M): every other center, or M random ones
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.sampled_from([2, 5, 12]), st.integers(1, 4), st.floats(0.0, 1.0), st.integers(0, 2 ** 30))
-def test_propose_reject_invariants(c, kappa, tau, seed):
+def random_pool_case(rng, c, m, p_cand=0.6):
+  """A pool (every other center when m = c − 1, else m random ones), random candidate flags and UCBs."""
+  key = jax.random.key(int(rng.integers(2 ** 30)))
+  index = pool.full_pool(c) if m == c - 1 else _random_pool(key, c, m)
+  p = pool.CandidatePool(index=index, valid=jnp.asarray(rng.uniform(size=(c, m)) < p_cand),
+                         rev=_reverse_index(index))
+  return p, jnp.asarray(rng.uniform(size=(c, m)), jnp.float32)
+
+
+def reference_match(proposers, ranked, index, valid, accepts, kappa):
+  """Plain-Python propose–reject (Alg. 1 lines 13–21): P_i as sets."""
+  partners = [set() for _ in range(len(index))]
+  for i in proposers:
+    for m in ranked[i]:
+      if len(partners[i]) >= kappa:
+        break
+      j = index[i][m]
+      if valid[i][m] and accepts[i][m] and len(partners[j]) < kappa and j not in partners[i]:
+        partners[i].add(j)
+        partners[j].add(i)
+  return partners
+
+
+def check_slots(out, index, c):
+  """Slots hold P_i ascending with empty slots after (pointing at the center itself), and each
+  partner's position in the center's own pool (−1 outside it)."""
+  idx, slot, valid, deg = (np.asarray(a) for a in (out.index, out.pool_slot, out.valid, out.degree))
+  np.testing.assert_array_equal(valid, np.arange(idx.shape[1])[None, :] < deg[:, None])
+  assert (np.where(valid, 0, idx - np.arange(c)[:, None]) == 0).all() and (slot[~valid] == -1).all()
+  sets = []
+  for i in range(c):
+    mine = idx[i, valid[i]]
+    assert (np.diff(mine) > 0).all()
+    row = index[i].tolist()
+    for j, s in zip(mine, slot[i, valid[i]]):
+      assert s == (row.index(j) if j in row else -1)
+    sets.append(set(mine.tolist()))
+  return sets
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(SHAPES), st.integers(1, 4), st.integers(0, 2 ** 30))
+def test_match_equals_a_plain_python_loop(cm, kappa, seed):
+  c, m = cm
   rng = np.random.default_rng(seed)
-  ucb = jnp.asarray(rng.uniform(size=(c, c)), jnp.float32)
-  cand = jnp.asarray((rng.uniform(size=(c, c)) < 0.6) & ~np.eye(c, dtype=bool))
-  adj = np.asarray(_propose_reject(jax.random.key(seed), ucb, cand, jnp.int32(kappa), jnp.float32(tau),
-                                   jnp.float32(0.1)))
-  u, cn = np.asarray(ucb), np.asarray(cand)
-  assert (adj == adj.T).all() and not adj.diagonal().any()  # symmetric, no self-partner
-  assert (adj.sum(1) <= kappa).all()  # |P_i| ≤ κ
-  for i, j in zip(*np.nonzero(adj)):
-    # Each edge was proposed by one side to a candidate and accepted by the other (UCB ≥ τ_acc).
-    assert (cn[i, j] and u[j, i] >= tau) or (cn[j, i] and u[i, j] >= tau)
+  p, _ = random_pool_case(rng, c, m)
+  accepts = rng.uniform(size=(c, m)) < 0.7
+  proposers = rng.permutation(c)
+  ranked = np.stack([rng.permutation(m) for _ in range(c)]).astype(np.int32)
+  out = _match(jnp.asarray(proposers), jnp.asarray(ranked), p, jnp.asarray(accepts), jnp.int32(kappa), 4)
+  expected = reference_match(proposers, ranked, np.asarray(p.index).tolist(), np.asarray(p.valid), accepts, kappa)
+  assert check_slots(out, np.asarray(p.index), c) == expected
 
 
-def test_propose_reject_everyone_rests_when_tau_is_above_every_ucb():
-  ucb = jax.random.uniform(jax.random.key(0), (20, 20))
-  cand = ~jnp.eye(20, dtype=bool)
-  adj = topology.propose_reject(jax.random.key(1), ucb, cand, 3, 1.5, 0.1)
-  assert not np.asarray(adj).any()
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(SHAPES), st.integers(1, 4), st.floats(0.0, 1.0),
+       st.floats(0.0, 1.0), st.integers(0, 2 ** 30))
+def test_propose_reject_invariants(cm, kappa, tau, prior, seed):
+  c, m = cm
+  rng = np.random.default_rng(seed)
+  p, ucb = random_pool_case(rng, c, m)
+  out = _propose_reject(jax.random.key(seed), ucb, p, jnp.int32(kappa), jnp.float32(tau), jnp.float32(0.1),
+                        jnp.float32(prior), 4)
+  index, valid, u = np.asarray(p.index), np.asarray(p.valid), np.asarray(ucb)
+  sets = check_slots(out, index, c)
+
+  def ucb_on(j, i):  # j's UCB on i: its belief if i is in j's pool, else the prior's
+    row = index[j].tolist()
+    return u[j, row.index(i)] if i in row else np.float32(prior)
+
+  def proposable(i, j):  # j ∈ pool_i and j ∈ C_i
+    row = index[i].tolist()
+    return j in row and valid[i, row.index(j)]
+
+  for i in range(c):
+    assert i not in sets[i] and len(sets[i]) <= kappa  # no self-partner, |P_i| ≤ κ
+    for j in sets[i]:
+      assert i in sets[j]  # symmetric
+      # Each edge was proposed by one side to a valid candidate and accepted by the other (UCB ≥ τ_acc).
+      assert (proposable(i, j) and ucb_on(j, i) >= np.float32(tau)) or \
+             (proposable(j, i) and ucb_on(i, j) >= np.float32(tau))
+
+
+@pytest.mark.parametrize("m", [11, 3])
+def test_propose_reject_everyone_rests_when_tau_is_above_every_ucb(m):
+  p, ucb = random_pool_case(np.random.default_rng(0), 12, m, p_cand=1.0)
+  out = _propose_reject(jax.random.key(1), ucb, p, jnp.int32(3), jnp.float32(1.5), jnp.float32(0.1),
+                        jnp.float32(1.2), 4)
+  assert not np.asarray(out.valid).any() and not np.asarray(out.degree).any()
 
 
 def test_propose_reject_greedy_order_without_exploration():
   # Centers 0 and 1 rank each other first and accept everyone: with κ = 1 they pair up.
-  ucb = jnp.array([[0, 0.9, 0.6, 0.6], [0.9, 0, 0.6, 0.6], [0.6, 0.6, 0, 0.9], [0.6, 0.6, 0.9, 0]])
-  adj = np.asarray(topology.propose_reject(jax.random.key(0), ucb, ~jnp.eye(4, dtype=bool), 1, 0.5, 0.0))
-  assert adj[0, 1] and adj[2, 3] and adj.sum() == 4
+  full = np.array([[0, 0.9, 0.6, 0.6], [0.9, 0, 0.6, 0.6], [0.6, 0.6, 0, 0.9], [0.6, 0.6, 0.9, 0]])
+  index = pool.full_pool(4)
+  ucb = jnp.asarray(np.take_along_axis(full, np.asarray(index), 1), jnp.float32)
+  p = pool.CandidatePool(index=index, valid=jnp.ones((4, 3), bool), rev=_reverse_index(index))
+  out = _propose_reject(jax.random.key(0), ucb, p, jnp.int32(1), jnp.float32(0.5), jnp.float32(0.0),
+                        jnp.float32(0.5), 4)
+  np.testing.assert_array_equal(np.asarray(out.index)[:, 0], [1, 0, 3, 2])
+  np.testing.assert_array_equal(np.asarray(out.degree), [1, 1, 1, 1])
+
+
+def test_receiver_uses_the_prior_for_proposers_outside_its_pool():
+  # Center 0's pool is {1}; center 1's pool is {2}: 1 judges 0 by the prior's UCB.
+  index = jnp.array([[1], [2], [0]], jnp.int32)
+  p = pool.CandidatePool(index=index, valid=jnp.ones((3, 1), bool), rev=pool.reverse_index(index))
+  ucb = jnp.array([[0.9], [0.2], [0.9]])
+  np.testing.assert_array_equal(np.asarray(p.rev), [[-1], [-1], [-1]])
+  np.testing.assert_array_equal(np.asarray(topology.receiver_acceptance(ucb, p, 0.5, 0.7)), [[True]] * 3)
+  np.testing.assert_array_equal(np.asarray(topology.receiver_acceptance(ucb, p, 0.5, 0.3)), [[False]] * 3)
 
 
 def test_epsilon_swap_frequency():
@@ -146,10 +319,3 @@ def test_epsilon_swap_frequency():
   tops = jax.vmap(lambda k: topology.ranked_candidates(k, ucb_row, cand, 0.3)[0])(jax.random.split(jax.random.key(0), 4000))
   # Top stays 9 unless swapped with another candidate: P(top ≠ 9) = ε·9/10.
   assert abs(float(jnp.mean(tops != 9)) - 0.3 * 0.9) < 0.03
-
-
-def test_partner_slots():
-  adj = jnp.array([[0, 1, 1], [1, 0, 0], [1, 0, 0]], bool)
-  idx, valid = topology.partner_slots(adj, 2)
-  np.testing.assert_array_equal(np.asarray(valid), [[1, 1], [1, 0], [1, 0]])
-  assert set(np.asarray(idx)[0].tolist()) == {1, 2} and np.asarray(idx)[1, 0] == 0

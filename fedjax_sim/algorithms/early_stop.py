@@ -22,7 +22,7 @@ class EarlyStop:
 
 
 def init(params) -> EarlyStop:
-  return EarlyStop(best_params=params, best_val=jnp.asarray(-jnp.inf), stale_rounds=jnp.asarray(0, jnp.int32),
+  return EarlyStop(best_params=params, best_val=jnp.asarray(-jnp.inf, jnp.float32), stale_rounds=jnp.asarray(0, jnp.int32),
                    stopped=jnp.asarray(False))
 
 

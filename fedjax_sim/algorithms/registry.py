@@ -121,6 +121,7 @@ def build_method(name: str, config, num_features: int, num_clients: int = 0):
   if name in ABPS_PRESETS:
     a = config.abps
     static = ABPSStatic(kappa_max=a.kappa, goal=a.goal, metadata=a.metadata, keep_fraction=a.keep_fraction,
+                        pool_size=a.pool_size,
                         head_layers=a.head_layers, wire_bf16=a.wire == "bf16",
                         early_stopping_patience=a.early_stopping_patience,
                         exact_shapley_max=a.exact_shapley_max, tmc_permutations=a.tmc_permutations)

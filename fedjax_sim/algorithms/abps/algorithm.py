@@ -6,6 +6,12 @@ passes a bf16 round trip; 2 bytes per parameter are counted), κ, momentum on
 each center's aggregation delta, and early stopping on mean validation AUROC
 inside the compiled program (later rounds are no-ops; the best-validation
 models are deployed). ABPS-X composes all of them (SPEC §3.3).
+
+Beliefs live on candidate pools (:mod:`.pool`; issue 4): ``[C, M]`` with M = C − 1
+by default (the paper's table) or a fixed M (``pool_size``) so that memory grows
+as C·M at 100,000 centers. With M < C − 1, a center keeps beliefs only about its
+pool: credits for partners outside it are not stored, and its UCB on a proposer
+outside it is the prior's (:func:`.topology.receiver_acceptance`).
 """
 from __future__ import annotations
 
@@ -19,8 +25,9 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from fedjax_sim.algorithms import early_stop
-from fedjax_sim.algorithms.abps import goal_filter, posterior, shapley, topology
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients
+from fedjax_sim.algorithms.abps import pool as pools
+from fedjax_sim.algorithms.abps import posterior, shapley, topology
+from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients, nonfinite_client
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.metrics import auroc, mean_defined, p2p_round_bytes
 from fedjax_sim.models import Model
@@ -35,6 +42,7 @@ class ABPSStatic:
   goal: str = "none"  # goal-aware filter: none, homogeneity, diversity, alignment
   metadata: str = "base"  # "base" (3-dim) or "goal" (15-dim) metadata vectors
   keep_fraction: float = 0.25  # fraction of ordered pairs the goal filter keeps
+  pool_size: int = 0  # candidate pool size M per center (0 = every other center, the paper's C × C beliefs)
   head_layers: int = 0  # personalization: 0 (none), 1 (last layer), 2 (last two layers)
   wire_bf16: bool = False  # bfloat16 wire format
   early_stopping_patience: int = 0  # 0 = off; else stop after this many rounds without a better mean val AUROC
@@ -47,10 +55,10 @@ class ABPSStatic:
 class ABPSState:
   params: Any  # [C, ...] each center's model θ_i
   velocity: Any  # [C, ...] momentum buffer v_i on the aggregation delta (zeros when momentum = 0)
-  alpha: jax.Array  # [C, C] Beta α of i's belief about j
-  beta: jax.Array  # [C, C] Beta β of i's belief about j
-  pulls: jax.Array  # [C, C] n_{i→j}: rounds in which i observed j's Shapley credit
-  candidates: jax.Array  # [C, C] bool goal-filtered candidate sets C_i (fixed)
+  alpha: jax.Array  # [C, M] Beta α of i's belief about its pool member pool.index[i, m]
+  beta: jax.Array  # [C, M] Beta β of i's belief about pool.index[i, m]
+  pulls: jax.Array  # [C, M] n_{i→j}: rounds in which i observed pool.index[i, m]'s Shapley credit
+  pool: pools.CandidatePool  # [C, M] fixed candidate pools; pool.valid = goal-filtered C_i
   early: early_stop.EarlyStop  # best-validation models [C, ...] and the stopping state
 
 
@@ -76,11 +84,12 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     c = federation.num_clients
     params = broadcast_clients(model.init(key), c)
     meta = federation.meta_goal if static.metadata == "goal" else federation.meta_base
-    cand = goal_filter.candidate_mask(meta, static.goal, static.keep_fraction)
-    zeros = jnp.zeros((c, c), jnp.float32)
+    # The pool stream is folded off the init key, so model.init(key) is what it was before pools.
+    pool = pools.build_pool(jax.random.fold_in(key, 1), meta, static.goal, static.keep_fraction, static.pool_size)
+    zeros = jnp.zeros(pool.index.shape, jnp.float32)  # [C, M]
     return ABPSState(
         params=params, velocity=jax.tree_util.tree_map(jnp.zeros_like, params),
-        alpha=zeros + hyper.abps_alpha0, beta=zeros + hyper.abps_beta0, pulls=zeros, candidates=cand,
+        alpha=zeros + hyper.abps_alpha0, beta=zeros + hyper.abps_beta0, pulls=zeros, pool=pool,
         early=early_stop.init(params))
 
   def val_auroc(flat_params, x, y, m):
@@ -106,11 +115,13 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     res = local_train(client_update, k_train, state.params, federation, hyper=hyper, learner=hyper.learner)
     theta = jax.vmap(lambda p: ravel_pytree(p)[0])(res.params)  # [C, P]
 
-    # 2–5. UCB ranking over the goal-filtered candidates, then propose–reject.
-    ucb = posterior.ucb_scores(state.alpha, state.beta, state.pulls, t, hyper.abps_gamma)
+    # 2–5. UCB ranking over the goal-filtered candidates of each pool, then propose–reject.
+    ucb = posterior.ucb_scores(state.alpha, state.beta, state.pulls, t, hyper.abps_gamma)  # [C, M]
+    ucb_prior = posterior.ucb_scores(hyper.abps_alpha0, hyper.abps_beta0, 0.0, t, hyper.abps_gamma)
     kappa = jnp.minimum(hyper.abps_kappa, k)
-    adj = topology.propose_reject(k_topo, ucb, state.candidates, kappa, hyper.abps_tau_acc, hyper.abps_epsilon)
-    idx, valid = topology.partner_slots(adj, k)  # [C, k]
+    partners = topology.propose_reject(k_topo, ucb, state.pool, kappa, hyper.abps_tau_acc, hyper.abps_epsilon,
+                                       ucb_prior, k)
+    idx, valid = partners.index, partners.valid  # [C, k]
 
     # 6–7. Aggregates of θ_i with every coalition S ⊆ P_i (n-weighted; body only; wire format),
     # and their validation AUROC U_i(S).
@@ -133,11 +144,14 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
       phi = jax.vmap(lambda p, u: shapley.tmc_shapley(p, u, static.tmc_tolerance))(perms, pu)
       new_flat = agg.reshape(c, b, k + 1, -1)[:, 0, -1, :]
 
-    # 8. Clipped Beta update on the observed partners.
+    # 8. Clipped Beta update on the observed partners that are in the observer's pool
+    # (a partner outside it leaves no belief to update; see the module docstring).
     phi_bar = posterior.clip_utility(phi, hyper.abps_phi_min, hyper.abps_phi_max)
     rows = jnp.arange(c)[:, None]
-    observed = jnp.zeros((c, c), bool).at[rows, idx].set(valid)
-    credit = jnp.zeros((c, c)).at[rows, idx].add(jnp.where(valid, phi_bar, 0.0))
+    kept = valid & (partners.pool_slot >= 0)
+    at = jnp.where(kept, partners.pool_slot, state.alpha.shape[1])  # out of range: dropped
+    observed = jnp.zeros(state.alpha.shape, bool).at[rows, at].set(kept, mode="drop")
+    credit = jnp.zeros(state.alpha.shape).at[rows, at].add(jnp.where(kept, phi_bar, 0.0), mode="drop")
     alpha, beta, pulls = posterior.beta_update(state.alpha, state.beta, state.pulls, credit, observed)
 
     # Momentum on the aggregation delta (ABPS-X): v ← βv + (agg − θ); θ ← θ + v.
@@ -151,13 +165,13 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     val, _ = mean_defined(jax.vmap(val_auroc)(new_flat, federation.x_val, federation.y_val, federation.m_val))
     early = early_stop.update(state.early, params, val, static.early_stopping_patience)
 
-    deg = adj.sum(1)
+    deg = partners.degree
     new_state = ABPSState(params=params, velocity=velocity, alpha=alpha, beta=beta, pulls=pulls,
-                          candidates=state.candidates, early=early)
+                          pool=state.pool, early=early)
     metrics = RoundMetrics(
-        bytes=jnp.asarray(p2p_round_bytes(adj.sum() / 2, sent_params, bytes_per_param), jnp.float32),
+        bytes=jnp.asarray(p2p_round_bytes(deg.sum() / 2, sent_params, bytes_per_param), jnp.float32),
         train_loss=jnp.mean(res.loss), rest_fraction=jnp.mean(deg == 0), mean_partners=jnp.mean(deg),
-        active=jnp.asarray(1.0))
+        active=jnp.asarray(1.0), nonfinite_client=nonfinite_client(res.loss, res.params))
     # After early stopping, rounds are no-ops: no training, no bytes (masks, not Python branches).
     return early_stop.freeze_if_stopped(state.early.stopped, new_state, state, metrics)
 

@@ -9,8 +9,9 @@ def ucb_scores(alpha: jax.Array, beta: jax.Array, pulls: jax.Array, t: jax.Array
   """UCB_{j→i}(t) = α/(α+β) + γ·sqrt(2 log t / (n_{i→j} + 1))  (paper 000 eq. 7; SPEC §3.2 step 3).
 
   Args:
-    alpha, beta: ``[C, C]`` Beta parameters of i's belief about j (row i).
-    pulls: ``[C, C]`` n_{i→j}, how often i has observed j.
+    alpha, beta: ``[C, M]`` Beta parameters of i's belief about its pool member j (row i;
+      any shape works, e.g. scalars for the prior).
+    pulls: ``[C, M]`` n_{i→j}, how often i has observed j.
     t: the round index, from 1.
     gamma: exploration weight (SPEC: √2; the paper text's "γ = 2" lost its root sign).
   """
