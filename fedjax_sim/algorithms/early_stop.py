@@ -15,21 +15,23 @@ from flax import struct
 
 @struct.dataclass
 class EarlyStop:
-  best_params: Any  # the deployed models at the round of best mean validation AUROC
+  best_params: Any  # the deployed models at the round of best mean validation AUROC (None when off)
   best_val: jax.Array  # [] best mean validation AUROC so far
   stale_rounds: jax.Array  # [] rounds since the best
   stopped: jax.Array  # [] bool, patience ran out
 
 
-def init(params) -> EarlyStop:
-  return EarlyStop(best_params=params, best_val=jnp.asarray(-jnp.inf, jnp.float32), stale_rounds=jnp.asarray(0, jnp.int32),
-                   stopped=jnp.asarray(False))
+def init(params, patience: int) -> EarlyStop:
+  """Starts tracking; with ``patience = 0`` (off) no copy of the models is kept (memory at scale)."""
+  return EarlyStop(best_params=params if patience > 0 else None, best_val=jnp.asarray(-jnp.inf, jnp.float32),
+                   stale_rounds=jnp.asarray(0, jnp.int32), stopped=jnp.asarray(False))
 
 
 def update(es: EarlyStop, params, val: jax.Array, patience: int) -> EarlyStop:
   """Keeps ``params`` if ``val`` beats the best; stops after ``patience`` stale rounds (0 = never)."""
   better = val > es.best_val
-  best = jax.tree_util.tree_map(lambda new, old: jnp.where(better, new, old), params, es.best_params)
+  best = (None if es.best_params is None else
+          jax.tree_util.tree_map(lambda new, old: jnp.where(better, new, old), params, es.best_params))
   stale = jnp.where(better, 0, es.stale_rounds + 1)
   stopped = (stale >= patience) if patience > 0 else jnp.asarray(False)
   return EarlyStop(best_params=best, best_val=jnp.maximum(val, es.best_val), stale_rounds=stale, stopped=stopped)

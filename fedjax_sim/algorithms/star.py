@@ -206,7 +206,7 @@ def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_b
     local = broadcast_clients(params, federation.num_clients)
     return PersonalStarState(global_params=params, local=local,
                              velocity=jax.tree_util.tree_map(jnp.zeros_like, params),
-                             early=early_stop.init(local))
+                             early=early_stop.init(local, early_stopping_patience))
 
   def round_fn(key, state, federation, hyper, t):
     start = compose(jax.tree_util.tree_map(wire, state.global_params), state.local)

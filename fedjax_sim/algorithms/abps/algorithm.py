@@ -90,7 +90,7 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     return ABPSState(
         params=params, velocity=jax.tree_util.tree_map(jnp.zeros_like, params),
         alpha=zeros + hyper.abps_alpha0, beta=zeros + hyper.abps_beta0, pulls=zeros, pool=pool,
-        early=early_stop.init(params))
+        early=early_stop.init(params, static.early_stopping_patience))
 
   def val_auroc(flat_params, x, y, m):
     """AUROC of one flat model on one center's validation split."""
