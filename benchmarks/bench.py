@@ -1,0 +1,775 @@
+"""The benchmarks of fedjax_sim, one entry point (issue 4, item 6).
+
+Usage:
+  python benchmarks/bench.py --suite engine,seeds,centers [--rounds R] [--loop-rounds 2]
+                             [--seeds-list 1,5,20,100] [--centers 230,1000,10000,100000]
+                             [--json OUT.json] [--record] [--quick]
+  python benchmarks/bench.py --record-from A.json,B.json  # append saved runs' rows to RESULTS.md; run nothing
+  python benchmarks/bench.py --print-from A.json,B.json   # print saved runs' tables
+  bash benchmarks/device_check.sh                         # the H200 run (OUT=folder); see its header
+  bash benchmarks/smoke.sh [OUTDIR]                       # smoke check: tiny seeds + centers suites, JSON checked
+
+Every engine figure is timed through the project's own API, i.e. what a user runs:
+``fedjax_sim.experiment.run_method(name, config, federation, RunOptions())`` compiles one
+program for all seeds and runs it as ONE compiled call. Its ``compile_s`` (trace + XLA
+compile) is reported apart from ``run_s`` (the call, to the results on the host: the
+method's init, the R rounds and the final evaluation); seconds per round = run_s / R. Early
+stopping is switched off (``*.early_stopping_patience = 0``, applied after the method's
+preset) so that every round does its work.
+
+Suites
+------
+engine   FedAvg and ABPS-X on the default 230-center federation, 1 seed: engine seconds per
+         round against a per-client Python loop timed in the same run (one warm-up round,
+         which pays the loop's compiles, then ``--loop-rounds`` timed rounds):
+         * FedAvg loop (:func:`time_fedavg_loop`): one jitted client update called in a
+           Python loop over the 230 clients, then the n-weighted average.
+         * ABPS-X loop (:func:`time_abps_x_loop`): what a user without ``vmap`` writes; see
+           its docstring for the work it does per round.
+seeds    FedAvg at 230 centers with 1, 5, 20 and 100 seeds, each seed count one compiled
+         call of R rounds (default 100): compile s, run s, s per round, s per seed, and the
+         largest call's run time over the 1-seed call's (acceptance on one H200: 100 seeds
+         cost at most 10× one seed).
+centers  FedAvg and ABPS (``abps_pq_k1_hom``: κ = 1, homogeneity goal filter, bf16 wire,
+         1-layer head; ``abps.pool_size = 32`` above 1,000 centers) at 230, 1,000, 10,000 and
+         100,000 centers. 230 is the default federation; from 1,000 centers the cohorts are
+         smaller (``data.total_stays = 30 × centers``, ``data.min_site_rows = 5``). Each size
+         runs in its own subprocess (``--child``), FedAvg first, then ABPS, so that the peak
+         memory is that size's; reported: federation build s, compile s, run s, s per round,
+         peak memory. A failure (out of memory, a timeout, a crash) is recorded for that size
+         and the suite goes on.
+
+Peak memory: on an accelerator, the device allocator's ``peak_bytes_in_use``; on CPU the
+process's max RSS. Neither can be reset, so a figure is the process's peak *so far*: in the
+centers suite ABPS's figure also covers FedAvg's run before it in the same process (and the
+federation), and in the seeds suite each seed count's figure covers the smaller counts run
+before it. ``XLA_PYTHON_CLIENT_PREALLOCATE`` defaults to false here, so that the parent process
+does not hold most of the GPU while a centers child runs.
+
+Output: a table per suite on stdout; ``--json`` writes everything (machine, jax version,
+date, every figure), rewritten after every step so that a run cut short keeps what it did;
+``--record`` appends rows to benchmarks/RESULTS.md under one section per suite, the machine
+named in each row. ``--quick``: tiny sizes for a smoke test (centers 230,1000; seeds 1,5;
+2 rounds; 1 loop round).
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before jax is imported; see above
+
+import argparse
+import json
+import math
+import pathlib
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere, the package need not be installed
+  sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.flatten_util import ravel_pytree  # noqa: E402
+
+from fedjax_sim.algorithms.base import weighted_average  # noqa: E402
+from fedjax_sim.algorithms.registry import build_method, build_model, hyper_from_config, preset  # noqa: E402
+from fedjax_sim.config import config_for_method, load_experiment  # noqa: E402
+from fedjax_sim.engine.local import make_client_update  # noqa: E402
+from fedjax_sim.errors import ConfigError  # noqa: E402
+from fedjax_sim.experiment import RunOptions, build_federation, run_method  # noqa: E402
+from fedjax_sim.metrics import auroc  # noqa: E402
+from fedjax_sim.models.mlp import head_mask  # noqa: E402
+
+RESULTS = HERE / "RESULTS.md"
+ABPS_SCALE = "abps_pq_k1_hom"  # the centers suite's ABPS: κ = 1 + homogeneity goal filter + bf16 + 1-layer head
+NO_STOP = {"abps.early_stopping_patience": 0, "fedavg.early_stopping_patience": 0}
+
+
+# --- machine and memory ------------------------------------------------------------------------------
+
+def machine() -> str:
+  """A one-line description of the machine that ran the benchmark (on an accelerator: its device kind)."""
+  dev = jax.devices()[0]
+  if dev.platform == "cpu":
+    model = platform.processor() or "cpu"
+    try:
+      for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+          model = line.split(":", 1)[1].strip()
+          break
+    except OSError:
+      pass
+    return f"CPU: {model}, {os.cpu_count()} cores visible"
+  return f"{dev.platform.upper()}: {dev.device_kind} ×{jax.device_count()}"
+
+
+def peak_memory() -> dict:
+  """The process's peak memory so far: the device allocator's peak on an accelerator, else max RSS."""
+  dev = jax.devices()[0]
+  stats = None
+  try:
+    stats = dev.memory_stats()
+  except Exception:  # noqa: BLE001 - some backends do not implement it
+    stats = None
+  if stats and "peak_bytes_in_use" in stats:
+    return {"bytes": int(stats["peak_bytes_in_use"]), "what": f"{dev.device_kind} peak_bytes_in_use (process, so far)",
+            "device_limit_bytes": int(stats.get("bytes_limit", 0)) or None}
+  kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+  return {"bytes": int(kib) * 1024, "what": "host max RSS (process, so far)"}
+
+
+def fmt_bytes(b) -> str:
+  if b is None:
+    return "—"
+  for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    if b >= scale:
+      return f"{b / scale:.2f} {unit}"
+  return f"{b} B"
+
+
+def ms(s) -> str:
+  return "—" if s is None else f"{s * 1e3:.1f}"
+
+
+def sec(s) -> str:
+  return "—" if s is None else f"{s:.1f}"
+
+
+# --- configs, federations, engine timing ---------------------------------------------------------------
+
+def make_config(rounds: int, seeds, extra=None):
+  """The experiment config through the project's loader; overrides are re-applied after every method's preset."""
+  overrides = {"rounds": rounds, "seeds": ",".join(str(s) for s in seeds), **NO_STOP, **(extra or {})}
+  return load_experiment("fedavg", overrides)
+
+
+def data_overrides(centers: int, stays_per_center: int) -> dict:
+  """230 centers: the default federation; more: smaller cohorts (``stays_per_center`` stays per center)."""
+  if centers == 230:
+    return {}
+  return {"data.num_centers": centers, "data.total_stays": stays_per_center * centers, "data.min_site_rows": 5}
+
+
+def timed_federation(config):
+  warnings = []
+  t0 = time.perf_counter()
+  fed = build_federation(config, warn=warnings.append)
+  build_s = time.perf_counter() - t0
+  if warnings:
+    first = warnings[0] if len(warnings[0]) < 300 else warnings[0][:300] + "…"
+    print(f"  ({len(warnings)} data warning(s); first: {first})", file=sys.stderr)
+  return fed, build_s
+
+
+def time_engine(method: str, config, fed) -> dict:
+  """One ``run_method`` call: compile s, run s, s per round (run_s / R), rounds actually run."""
+  run = run_method(method, config, fed, RunOptions())
+  rounds = config_for_method(config, preset(method)).rounds
+  return {"method": method, "rounds": rounds, "seeds": len(config.seeds), "compile_s": run.compile_s,
+          "run_s": run.run_s, "s_per_round": run.run_s / rounds, "rounds_run": run.summary.get("rounds_run"),
+          "auroc_mean": run.summary.get("auroc_mean"), "traces": run.traces}
+
+
+# --- per-client loops ----------------------------------------------------------------------------------
+
+def _clients(fed):
+  """Per-client train arrays ``(x, y, n)`` in client order, sliced once out of the size buckets."""
+  clients = []
+  for b in fed.buckets:
+    for pos in range(b.x.shape[0]):
+      clients.append((int(b.client_idx[pos]), b.x[pos], b.y[pos], b.n[pos]))
+  clients.sort(key=lambda c: c[0])
+  return [c[1:] for c in clients]
+
+
+def time_fedavg_loop(config, fed, rounds: int) -> dict:
+  """FedAvg as a per-client loop: one jitted client update in a Python loop over clients (no vmap), then the
+  n-weighted average. No per-round validation (the engine's learning curve is not computed), which only
+  favours the loop. Returns the warm-up round (compiles, one per bucket shape, + one round) and s per round."""
+  _, model = build_method("fedavg", config, fed.num_features)
+  lc = config.learner
+  update = jax.jit(make_client_update(model.apply, batch_size=lc.batch_size, epochs=lc.local_epochs))
+  hyper = hyper_from_config(config)
+  clients = _clients(fed)
+  theta = model.init(jax.random.key(0))
+
+  def one_round(theta, key):
+    keys = jax.random.split(key, len(clients))
+    out = [update(keys[i], theta, x, y, n, theta, None, hyper, hyper.learner).params
+           for i, (x, y, n) in enumerate(clients)]
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *out)
+    return weighted_average(stacked, fed.n_train)
+
+  t0 = time.perf_counter()
+  theta = jax.block_until_ready(one_round(theta, jax.random.key(1)))
+  warmup_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  for r in range(rounds):
+    theta = one_round(theta, jax.random.key(2 + r))
+  jax.block_until_ready(theta)
+  return {"warmup_s": warmup_s, "rounds": rounds, "s_per_round": (time.perf_counter() - t0) / rounds}
+
+
+def goal_candidates(meta: np.ndarray, keep_fraction: float) -> np.ndarray:
+  """C_i of the homogeneity goal filter in numpy, ``[C, C]`` bool: z-scored metadata, cosine, τ_sim = the
+  (1 − keep_fraction) quantile over ordered pairs i ≠ j (as :mod:`fedjax_sim.algorithms.abps.goal_filter`)."""
+  meta = np.asarray(meta, np.float64)
+  sd = meta.std(axis=0)
+  z = (meta - meta.mean(axis=0)) / np.where(sd > 1e-8, sd, 1.0)
+  f = z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-8)
+  cos = f @ f.T
+  off = ~np.eye(len(meta), dtype=bool)
+  tau = np.quantile(cos[off], 1.0 - keep_fraction)
+  return off & (cos >= tau)
+
+
+def time_abps_x_loop(config, fed, rounds: int) -> dict:
+  """ABPS-X as a per-client loop: what a user without ``vmap`` writes. Same work per round as the engine's
+  ABPS-X round (κ = 1, 2-layer heads kept local, bf16 wire, homogeneity goal filter, momentum 0.5), not
+  bit-identical to it (its own random streams):
+
+  1. local training: one jitted client update (params flattened in and out) called in a Python loop over
+     the clients;
+  2. UCB_{i→j} = α/(α+β) + γ·sqrt(2 log t / (n_ij + 1)) in numpy, ``[C, C]``;
+  3. propose–reject in numpy: centers propose in a random order, each down its ε-greedy UCB ranking of its
+     goal-filtered candidates (computed once, as the engine does at init); the first candidate with a free
+     slot (κ = 1) whose own UCB on the proposer is ≥ τ_acc accepts;
+  4. per center, a Python loop: the aggregate with its partner (n-weighted, the partner's parameters through a
+     bf16 round trip, heads kept local), the two coalition validation AUROCs U(∅) and U({partner}) with a
+     jitted per-client evaluation (a resting center evaluates U(∅) only), exact Shapley for one partner
+     φ = U({j}) − U(∅), the clipped Beta update (numpy);
+  5. momentum on each center's aggregation delta (numpy), v ← βv + (agg − θ), θ ← θ + v;
+  6. every center's validation AUROC of its new model (jitted per-client evaluation), the per-round check
+     the engine also makes (early stopping / learning curve).
+  Evaluations are dispatched first and read back together (JAX runs them asynchronously).
+  """
+  cfg = config_for_method(config, preset("abps_x"))
+  a = cfg.abps
+  model = build_model(cfg, fed.num_features)
+  lc = cfg.learner
+  client_update = make_client_update(model.apply, batch_size=lc.batch_size, epochs=lc.local_epochs)
+  hyper = hyper_from_config(cfg)
+  params0 = model.init(jax.random.key(0))
+  flat0, unravel = ravel_pytree(params0)
+  body, _ = ravel_pytree(jax.tree_util.tree_map(lambda h, p: jnp.full(p.shape, h), head_mask(params0, a.head_layers),
+                                                params0))
+  body = ~np.asarray(body, bool)  # sent and averaged entries
+  # bf16 round trip in numpy (ml_dtypes' bfloat16, round to nearest even as XLA's convert).
+  wire = (lambda v: v.astype(jnp.bfloat16).astype(np.float32)) if a.wire == "bf16" else (lambda v: v)
+
+  @jax.jit
+  def train_flat(key, flat, x, y, n):
+    return ravel_pytree(client_update(key, unravel(flat), x, y, n, None, None, hyper, hyper.learner).params)[0]
+
+  @jax.jit
+  def val_auroc(flat, x, y, m):
+    return auroc(model.apply(unravel(flat), x, False, None)[0], y, m)
+
+  clients = _clients(fed)
+  c = len(clients)
+  vals = [(fed.x_val[i], fed.y_val[i], fed.m_val[i]) for i in range(c)]
+  n = np.asarray(fed.n_train, np.float64)
+  cand = goal_candidates(np.asarray(fed.meta_goal if a.metadata == "goal" else fed.meta_base), a.keep_fraction)
+  rng = np.random.default_rng(0)
+  theta = np.tile(np.asarray(flat0, np.float32), (c, 1))  # [C, P]
+  vel = np.zeros_like(theta)
+  alpha = np.full((c, c), a.alpha0)
+  beta = np.full((c, c), a.beta0)
+  pulls = np.zeros((c, c))
+  stats = {}
+
+  def one_round(t, key):
+    nonlocal theta, vel, alpha, beta, pulls
+    keys = jax.random.split(key, c)
+    trained = [train_flat(keys[i], jnp.asarray(theta[i]), x, y, nn) for i, (x, y, nn) in enumerate(clients)]
+    th = np.stack([np.asarray(p) for p in trained])  # [C, P]
+    ucb = alpha / (alpha + beta) + a.gamma * np.sqrt(2.0 * math.log(max(t, 1)) / (pulls + 1.0))
+    partner = np.full(c, -1)
+    for i in rng.permutation(c):
+      if partner[i] >= 0:  # κ = 1: already taken as a receiver
+        continue
+      cands = np.flatnonzero(cand[i])
+      if cands.size == 0:
+        continue
+      ranked = cands[np.argsort(-ucb[i, cands], kind="stable")]
+      if cands.size > 1 and rng.random() < a.epsilon:
+        s = rng.integers(cands.size)
+        ranked[0], ranked[s] = ranked[s], ranked[0]
+      ok = (partner[ranked] < 0) & (ucb[ranked, i] >= a.tau_acc)
+      if ok.any():
+        j = ranked[np.argmax(ok)]
+        partner[i], partner[j] = j, i
+    new = th.copy()
+    u0, u1 = [], {}
+    for i in range(c):
+      u0.append(val_auroc(th[i], *vals[i]))
+      j = partner[i]
+      if j >= 0:
+        agg = (n[i] * th[i] + n[j] * wire(th[j])) / (n[i] + n[j])
+        new[i] = np.where(body, agg, th[i])
+        u1[i] = val_auroc(new[i], *vals[i])
+    u0 = np.nan_to_num(np.asarray(jnp.stack(u0)), nan=0.5)
+    for i, u in u1.items():
+      phi = float(np.nan_to_num(np.asarray(u), nan=0.5)) - u0[i]
+      phi_bar = min(max((phi - a.phi_min) / (a.phi_max - a.phi_min), 0.0), 1.0)
+      j = partner[i]
+      alpha[i, j] += phi_bar
+      beta[i, j] += 1.0 - phi_bar
+      pulls[i, j] += 1.0
+    vel = a.momentum * vel + (new - th)
+    theta = (th + vel).astype(np.float32)
+    val = np.asarray(jnp.stack([val_auroc(theta[i], *vals[i]) for i in range(c)]))
+    stats.update(mean_partners=float(np.mean(partner >= 0)), val_auroc=float(np.nanmean(val)))
+
+  t0 = time.perf_counter()
+  one_round(1, jax.random.key(1))
+  warmup_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  for r in range(rounds):
+    one_round(2 + r, jax.random.key(2 + r))
+  return {"warmup_s": warmup_s, "rounds": rounds, "s_per_round": (time.perf_counter() - t0) / rounds, **stats}
+
+
+# --- suites --------------------------------------------------------------------------------------------
+
+class Recorder:
+  """The whole result, rewritten to ``--json`` after every step."""
+
+  def __init__(self, path):
+    self.path = pathlib.Path(path) if path else None
+    self.result = {"machine": machine(), "platform": jax.devices()[0].platform,
+                   "device_kind": jax.devices()[0].device_kind, "device_count": jax.device_count(),
+                   "jax": jax.__version__, "python": platform.python_version(),
+                   "date": time.strftime("%Y-%m-%d"), "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                   "argv": sys.argv[1:], "suites": {}}
+    self.save()
+
+  def save(self):
+    if self.path:
+      self.path.parent.mkdir(parents=True, exist_ok=True)
+      tmp = self.path.with_suffix(self.path.suffix + ".tmp")
+      tmp.write_text(json.dumps(self.result, indent=1, default=str))
+      tmp.replace(self.path)
+
+
+def default_federation(cache: dict):
+  if "fed" not in cache:
+    config = make_config(1, [1])
+    fed, build_s = timed_federation(config)
+    cache["fed"], cache["build_s"] = fed, build_s
+    print(f"federation: {fed.num_clients} centers, {int(np.asarray(fed.n_train).sum())} train rows, "
+          f"padded/useful steps {fed.padded_step_ratio(config.learner.batch_size):.2f}; built in {build_s:.1f} s")
+  return cache["fed"]
+
+
+def suite_engine(args, rec: Recorder, cache: dict):
+  fed = default_federation(cache)
+  out = {"centers": fed.num_clients, "rounds": args.rounds_engine, "seeds": 1, "loop_rounds": args.loop_rounds,
+         "methods": {}}
+  rec.result["suites"]["engine"] = out
+  config = make_config(args.rounds_engine, [1])
+  for method, loop in (("fedavg", time_fedavg_loop), ("abps_x", time_abps_x_loop)):
+    print(f"[engine] {method}: engine, {args.rounds_engine} rounds …", flush=True)
+    entry = {}
+    out["methods"][method] = entry
+    out["in_progress"] = f"{method} engine"
+    rec.save()
+    try:
+      e = time_engine(method, config, fed)
+      entry.update(engine=e)
+      out["in_progress"] = f"{method} loop"
+      rec.save()
+      print(f"[engine] {method}: per-client loop, 1 warm-up + {args.loop_rounds} timed round(s) …", flush=True)
+      lp = loop(config, fed, args.loop_rounds)
+      entry.update(loop=lp, speedup=lp["s_per_round"] / e["s_per_round"])
+    except Exception as err:  # noqa: BLE001 - record and go on
+      entry["error"] = failure(err)
+      print(f"[engine] {method} failed: {entry['error']}", file=sys.stderr)
+    rec.save()
+  del out["in_progress"]
+  out["peak_memory"] = peak_memory()
+  rec.save()
+  print_engine(out)
+
+
+def suite_seeds(args, rec: Recorder, cache: dict):
+  fed = default_federation(cache)
+  out = {"method": "fedavg", "centers": fed.num_clients, "rounds": args.rounds_seeds, "runs": []}
+  rec.result["suites"]["seeds"] = out
+  for s in args.seeds_list:
+    print(f"[seeds] fedavg, {s} seed(s) × {args.rounds_seeds} rounds in one call …", flush=True)
+    out["in_progress"] = f"{s} seeds"
+    rec.save()
+    entry = {"seeds": s}
+    try:
+      e = time_engine("fedavg", make_config(args.rounds_seeds, range(1, s + 1)), fed)
+      entry.update(compile_s=e["compile_s"], run_s=e["run_s"], s_per_round=e["s_per_round"],
+                   s_per_seed=e["run_s"] / s, s_per_seed_round=e["s_per_round"] / s)
+    except Exception as err:  # noqa: BLE001
+      entry["error"] = failure(err)
+      print(f"[seeds] {s} seeds failed: {entry['error']}", file=sys.stderr)
+    entry["peak_memory"] = peak_memory()
+    out["runs"].append(entry)
+    ok = [r for r in out["runs"] if "run_s" in r]
+    one = next((r for r in ok if r["seeds"] == 1), None)
+    if one:
+      for r in ok:
+        r["run_vs_1_seed"] = r["run_s"] / one["run_s"]
+      top = max(ok, key=lambda r: r["seeds"])
+      out["largest_vs_1_seed"] = {"seeds": top["seeds"], "ratio": top["run_vs_1_seed"],
+                                  "target": "≤ 10× for 100 seeds (one H200)"}
+    rec.save()
+  del out["in_progress"]
+  rec.save()
+  print_seeds(out)
+
+
+def pool_supported() -> bool:
+  try:
+    load_experiment("fedavg", {"abps.pool_size": 32})
+    return True
+  except ConfigError:
+    return False
+
+
+def suite_centers(args, rec: Recorder, cache: dict):
+  pools = pool_supported()
+  out = {"methods": ["fedavg", ABPS_SCALE], "rounds": args.rounds_centers, "seeds": 1,
+         "stays_per_center": args.stays_per_center, "pool_size_above_1000": 32 if pools else None, "runs": []}
+  if not pools:
+    out["note"] = "abps.pool_size is not a config key in this checkout: ABPS runs with the full C × C beliefs"
+    print(f"[centers] note: {out['note']}", flush=True)
+  rec.result["suites"]["centers"] = out
+  for c in args.centers:
+    print(f"[centers] {c} centers: child process (FedAvg, then ABPS), {args.rounds_centers} rounds …", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+      child_out = pathlib.Path(tmp) / "child.json"
+      cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child-centers", str(c), "--child-out",
+             str(child_out), "--rounds", str(args.rounds_centers), "--stays-per-center", str(args.stays_per_center)]
+      if not pools:
+        cmd.append("--no-pool")
+      out["in_progress"] = f"{c} centers"  # left in the JSON if this run is cut short during this size
+      rec.save()
+      t0 = time.perf_counter()
+      status = "ok"
+      try:
+        proc = subprocess.run(cmd, timeout=args.child_timeout)
+        if proc.returncode != 0:
+          status = f"child exited with code {proc.returncode} (killed for memory?)"
+      except subprocess.TimeoutExpired:
+        status = f"child timed out after {args.child_timeout} s"
+      wall = time.perf_counter() - t0
+      child = json.loads(child_out.read_text()) if child_out.is_file() else {}
+    runs = child.get("runs", [])
+    done = {r["method"] for r in runs}
+    for m in out["methods"]:
+      if m not in done:  # the child died before it got to (or through) this method
+        runs.append({"method": m, "error": status if status != "ok" else "not run"})
+    for r in runs:
+      r.update(centers_requested=c, centers=child.get("centers"), build_s=child.get("build_s"),
+               train_rows=child.get("train_rows"), child_wall_s=wall, child_status=status)
+      out["runs"].append(r)
+    del out["in_progress"]
+    rec.save()
+  print_centers(out)
+
+
+def run_child(args):
+  """One centers size in this (fresh) process: build, FedAvg, ABPS; results to ``--child-out`` after each."""
+  c = args.child_centers
+  res = {"centers_requested": c, "runs": []}
+  path = pathlib.Path(args.child_out)
+  save = lambda: path.write_text(json.dumps(res, default=str))
+  extra = data_overrides(c, args.stays_per_center)
+  if c > 1000 and not args.no_pool:
+    extra["abps.pool_size"] = 32
+  config = make_config(args.rounds, [1], extra)
+  print(f"  building the {c}-center federation …", file=sys.stderr, flush=True)
+  fed, build_s = timed_federation(config)
+  res.update(centers=fed.num_clients, build_s=build_s, train_rows=int(np.asarray(fed.n_train).sum()),
+             peak_after_build=peak_memory(), machine=machine())
+  print(f"  built: {fed.num_clients} centers, {res['train_rows']} train rows in {build_s:.1f} s", file=sys.stderr,
+        flush=True)
+  save()
+  for method in ("fedavg", ABPS_SCALE):
+    entry = {"method": method, "pool_size": config.abps.pool_size if method != "fedavg" else None}
+    try:
+      entry.update(time_engine(method, config, fed))
+    except Exception as err:  # noqa: BLE001 - e.g. RESOURCE_EXHAUSTED: record it for this size
+      entry["error"] = failure(err)
+      print(f"  {method} failed: {entry['error']}", file=sys.stderr, flush=True)
+    entry["peak_memory"] = peak_memory()
+    res["runs"].append(entry)
+    save()
+
+
+def failure(err: BaseException) -> str:
+  msg = f"{type(err).__name__}: {err}"
+  if len(msg) > 600:
+    msg = msg[:600] + "…"
+  if os.environ.get("BENCH_TRACEBACK"):
+    traceback.print_exc()
+  return msg
+
+
+# --- printing ------------------------------------------------------------------------------------------
+
+def by_size(runs):
+  """Centers runs by size, FedAvg before ABPS (whatever order they ran in)."""
+  return sorted(runs, key=lambda r: (r["centers_requested"], r["method"] != "fedavg"))
+
+
+def cut_short(out):
+  if "in_progress" in out:
+    print(f"cut short while running: {out['in_progress']}\n")
+
+
+def print_table(header, rows):
+  widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+  line = lambda r: "  ".join(str(x).rjust(w) for x, w in zip(r, widths))
+  print(line(header))
+  print("  ".join("-" * w for w in widths))
+  for r in rows:
+    print(line(r))
+  print()
+
+
+def print_engine(out):
+  print(f"\nengine vs per-client loop ({out['centers']} centers, 1 seed, engine {out['rounds']} rounds, "
+        f"loop {out['loop_rounds']} timed round(s) after a warm-up):")
+  rows = []
+  for m, e in out["methods"].items():
+    en, lp = e.get("engine", {}), e.get("loop", {})
+    rows.append([m, sec(en.get("compile_s")), ms(en.get("s_per_round")), sec(lp.get("warmup_s")),
+                 ms(lp.get("s_per_round")), f"{e['speedup']:.1f}×" if "speedup" in e else e.get("error", "—")[:60]])
+  print_table(["method", "compile s", "engine ms/round", "loop warm-up s", "loop ms/round", "speed-up"], rows)
+  cut_short(out)
+
+
+def print_seeds(out):
+  print(f"\nseeds in one call (FedAvg, {out['centers']} centers, {out['rounds']} rounds):")
+  rows = [[r["seeds"], sec(r.get("compile_s")), f"{r['run_s']:.2f}" if "run_s" in r else r.get("error", "")[:60],
+           ms(r.get("s_per_round")), f"{r['s_per_seed']:.3f}" if "s_per_seed" in r else "—",
+           f"{r['run_vs_1_seed']:.2f}×" if "run_vs_1_seed" in r else "—", fmt_bytes(r["peak_memory"]["bytes"])]
+          for r in sorted(out["runs"], key=lambda r: r["seeds"])]
+  print_table(["seeds", "compile s", "run s", "ms/round", "s/seed", "run vs 1 seed", "peak so far"], rows)
+  if "largest_vs_1_seed" in out:
+    t = out["largest_vs_1_seed"]
+    print(f"{t['seeds']} seeds cost {t['ratio']:.2f}× one seed (target {t['target']})\n")
+  cut_short(out)
+
+
+def print_centers(out):
+  print(f"\ncenters scaling ({out['rounds']} rounds, 1 seed; FedAvg then {ABPS_SCALE} in one process per size):")
+  rows = []
+  for r in by_size(out["runs"]):
+    ok = "run_s" in r
+    rows.append([r["centers_requested"], r.get("centers") or "—", r["method"], sec(r.get("build_s")),
+                 sec(r.get("compile_s")), f"{r['run_s']:.2f}" if ok else "—", ms(r.get("s_per_round")),
+                 fmt_bytes((r.get("peak_memory") or {}).get("bytes")), "ok" if ok else r.get("error", "?")[:70]])
+  print_table(["centers", "kept", "method", "build s", "compile s", "run s", "ms/round", "peak so far", "status"],
+              rows)
+  cut_short(out)
+
+
+def print_saved(result: dict, name: str = ""):
+  print(f"{name}: {result.get('machine')}; jax {result.get('jax')}; {result.get('started')} → "
+        f"{result.get('finished', 'not finished (cut short?)')}")
+  suites = result.get("suites", {})
+  for suite, show in (("seeds", print_seeds), ("engine", print_engine), ("centers", print_centers)):
+    if suite in suites:
+      show(suites[suite])
+
+
+# --- RESULTS.md ----------------------------------------------------------------------------------------
+
+SECTIONS = {
+    "engine": (
+        "## Engine vs per-client loop, 230-center clinical federation (`python benchmarks/bench.py --suite engine --record`)",
+        "Targets (issue 2): ≤ 0.6 s per round on 2 CPU cores; ≤ 3 ms per round on one H200.\n\n"
+        "| date | workload | machine | seeds per call | engine compile s | engine ms / round | loop ms / round | "
+        "speed-up per seed-round |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- |"),
+    "seeds": (
+        "## Seeds in one call: FedAvg, 230 centers (`python benchmarks/bench.py --suite seeds --record`)",
+        "Each seed count is one compiled call of R rounds; compile time is apart. Acceptance (issue 4): on one H200,\n"
+        "100 seeds × 100 rounds cost at most 10× one seed. Peak memory is the process's peak so far (seed counts\n"
+        "run smallest first).\n\n"
+        "| date | machine | centers | rounds | seeds | compile s | run s | ms / round | s / seed | run vs 1 seed | peak memory |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"),
+    "centers": (
+        "## Centers scaling: FedAvg and ABPS κ = 1 + goal filter (`python benchmarks/bench.py --suite centers --record`)",
+        f"ABPS is `{ABPS_SCALE}` (κ = 1, homogeneity goal filter, bf16 wire, 1-layer head; `abps.pool_size = 32`\n"
+        "above 1,000 centers). 230 centers is the default federation; from 1,000 centers, 30 stays per center and\n"
+        "`data.min_site_rows = 5`. One process per size, FedAvg first: ABPS's peak memory covers FedAvg's run too.\n"
+        "Run time includes the method's init and the final evaluation, so with few rounds ms / round is an upper bound.\n\n"
+        "| date | machine | method | centers (kept) | rounds | build s | compile s | run s | ms / round | peak memory | status |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"),
+}
+# The engine section is the former bench_fedavg.py section: its heading is recognized and renamed.
+OLD_ENGINE_HEADING = "## FedAvg on the 230-center clinical federation"
+ENGINE_NOTE = ("The first four rows come from the former `benchmarks/bench_fedavg.py` (engine: a warm second call; ABPS\n"
+               "rows engine only). Rows whose workload names its rounds come from `bench.py`: the engine timed through\n"
+               "`run_method` (one compiled call, compile apart; run time includes init and the final evaluation), ABPS-X\n"
+               "against its own per-client loop (see `time_abps_x_loop`).")
+
+
+def result_rows(result: dict) -> dict:
+  """RESULTS.md table rows per suite from a result dict (as written to --json)."""
+  date, mach = result["date"], result["machine"]
+  rows = {}
+  eng = result["suites"].get("engine")
+  if eng:
+    rows["engine"] = []
+    for m, e in eng["methods"].items():
+      en, lp = e.get("engine"), e.get("loop")
+      if not en:
+        continue
+      rows["engine"].append(
+          f"| {date} | {m}, {eng['centers']} centers, {eng['rounds']} rounds (loop: {eng['loop_rounds']}) | {mach} | 1 | "
+          f"{en['compile_s']:.1f} | {ms(en['s_per_round'])} | {ms(lp['s_per_round']) if lp else '—'} | "
+          f"{(str(round(e['speedup'], 1)) + '×') if 'speedup' in e else '—'} |")
+  sd = result["suites"].get("seeds")
+  if sd:
+    rows["seeds"] = []
+    for r in sorted(sd["runs"], key=lambda r: r["seeds"]):
+      if "run_s" not in r:
+        rows["seeds"].append(f"| {date} | {mach} | {sd['centers']} | {sd['rounds']} | {r['seeds']} | — | failed: "
+                             f"{r.get('error', '?')[:80]} | — | — | — | — |")
+        continue
+      rows["seeds"].append(
+          f"| {date} | {mach} | {sd['centers']} | {sd['rounds']} | {r['seeds']} | {r['compile_s']:.1f} | "
+          f"{r['run_s']:.2f} | {ms(r['s_per_round'])} | {r['s_per_seed']:.3f} | "
+          f"{(format(r['run_vs_1_seed'], '.2f') + '×') if 'run_vs_1_seed' in r else '—'} | "
+          f"{fmt_bytes(r['peak_memory']['bytes'])} |")
+  ce = result["suites"].get("centers")
+  if ce:
+    rows["centers"] = []
+    for r in by_size(ce["runs"]):
+      ok = "run_s" in r
+      kept = f"{r['centers_requested']} ({r['centers']})" if r.get("centers") else str(r["centers_requested"])
+      method = r["method"] + (f", pool {r['pool_size']}" if r.get("pool_size") else "")
+      status = "ok" if ok else "failed: " + r.get("error", "?").replace("|", "/").replace("\n", " ")[:100]
+      rows["centers"].append(
+          f"| {date} | {mach} | {method} | {kept} | {ce['rounds']} | {sec(r.get('build_s'))} | "
+          f"{sec(r.get('compile_s'))} | {format(r['run_s'], '.2f') if ok else '—'} | {ms(r.get('s_per_round'))} | "
+          f"{fmt_bytes((r.get('peak_memory') or {}).get('bytes'))} | {status} |")
+  return rows
+
+
+def append_rows(suite: str, rows: list, path: pathlib.Path = RESULTS):
+  """Appends ``rows`` to the table of ``suite``'s section of RESULTS.md (the section, or its table, is
+  created at the end if missing); other sections, rows and notes are kept as they are."""
+  if not rows:
+    return
+  heading, intro = SECTIONS[suite]
+  table = intro.splitlines()[-2:]  # the table's header and separator lines
+  lines = path.read_text().splitlines() if path.is_file() else ["# Benchmark results"]
+  if suite == "engine":
+    for k, line in enumerate(lines):
+      if line.startswith(OLD_ENGINE_HEADING):
+        lines[k] = heading
+        lines[k + 1:k + 1] = ["", *ENGINE_NOTE.splitlines()]
+        break
+  if heading not in lines:
+    lines += ["", heading, "", *intro.splitlines()]
+  start = lines.index(heading)
+  end = next((k for k in range(start + 1, len(lines)) if lines[k].startswith("## ")), len(lines))
+  last = max((k for k in range(start + 1, end) if lines[k].startswith("|")), default=None)
+  if last is None:  # the section lost its table: a new one at the section's end
+    while end > start + 1 and not lines[end - 1].strip():
+      end -= 1
+    lines[end:end] = ["", *table]
+    last = end + len(table)
+  lines[last + 1:last + 1] = rows
+  path.write_text("\n".join(lines).rstrip("\n") + "\n")
+
+
+def record(result: dict, path: pathlib.Path = RESULTS):
+  for suite, rows in result_rows(result).items():
+    append_rows(suite, rows, path)
+  print(f"recorded in {path}")
+
+
+# --- main ----------------------------------------------------------------------------------------------
+
+def parse_list(s: str):
+  return [int(v.replace("_", "")) for v in s.split(",") if v.strip()]
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--suite", default="engine,seeds,centers", help="comma-separated: engine, seeds, centers")
+  p.add_argument("--rounds", type=int, default=None,
+                 help="rounds of every engine call (default: seeds 100, engine 20, centers 5; --quick: 2)")
+  p.add_argument("--loop-rounds", type=int, default=None, help="timed per-client loop rounds (default 2; --quick 1)")
+  p.add_argument("--seeds-list", default=None, help="seed counts of the seeds suite (default 1,5,20,100)")
+  p.add_argument("--centers", default=None, help="center counts of the centers suite (default 230,1000,10000,100000)")
+  p.add_argument("--stays-per-center", type=int, default=30, help="centers suite, ≥ 1000 centers: total_stays / centers")
+  p.add_argument("--child-timeout", type=int, default=3600, help="seconds one centers size may take")
+  p.add_argument("--json", default=None, help="write all results here (rewritten after every step)")
+  p.add_argument("--record", action="store_true", help="append rows to benchmarks/RESULTS.md")
+  p.add_argument("--record-from", default=None, help="append the rows of saved --json files (comma-separated) to RESULTS.md; run nothing")
+  p.add_argument("--print-from", default=None, help="print the tables of saved --json files (comma-separated)")
+  p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke test")
+  p.add_argument("--child-centers", type=int, default=None, help=argparse.SUPPRESS)  # internal: one centers size
+  p.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
+  p.add_argument("--no-pool", action="store_true", help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+
+  if args.record_from or args.print_from:
+    for f in (args.record_from or args.print_from).split(","):
+      saved = json.loads(pathlib.Path(f).read_text())
+      if args.record_from:
+        record(saved)
+      else:
+        print_saved(saved, f)
+    return None
+  if args.child_centers is not None:
+    args.rounds = args.rounds or 5
+    run_child(args)
+    return None
+
+  suites = [s.strip() for s in args.suite.split(",") if s.strip()]
+  bad = [s for s in suites if s not in ("engine", "seeds", "centers")]
+  if bad:
+    p.error(f"unknown suite(s) {', '.join(bad)}; choose from engine, seeds, centers")
+  q = args.quick
+  args.rounds_seeds = args.rounds or (2 if q else 100)
+  args.rounds_engine = args.rounds or (2 if q else 20)
+  args.rounds_centers = args.rounds or (2 if q else 5)
+  args.loop_rounds = args.loop_rounds or (1 if q else 2)
+  args.seeds_list = parse_list(args.seeds_list or ("1,5" if q else "1,5,20,100"))
+  args.centers = parse_list(args.centers or ("230,1000" if q else "230,1000,10000,100000"))
+
+  rec = Recorder(args.json)
+  print(f"machine: {rec.result['machine']}; jax {jax.__version__}; suites: {', '.join(suites)}", flush=True)
+  cache = {}
+  # Seeds first: on an accelerator it is the acceptance figure; centers last (children, largest last).
+  for suite in ("seeds", "engine", "centers"):
+    if suite in suites:
+      t0 = time.perf_counter()
+      {"seeds": suite_seeds, "engine": suite_engine, "centers": suite_centers}[suite](args, rec, cache)
+      rec.result["suites"][suite]["wall_s"] = time.perf_counter() - t0
+      rec.save()
+  if "fed" in cache:
+    rec.result["default_federation_build_s"] = cache["build_s"]
+  rec.result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+  rec.result["peak_memory_parent"] = peak_memory()
+  rec.save()
+  if args.record:
+    record(rec.result)
+  return rec.result
+
+
+if __name__ == "__main__":
+  main()
