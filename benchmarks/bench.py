@@ -123,6 +123,14 @@ def peak_memory() -> dict:
   if stats and "peak_bytes_in_use" in stats:
     return {"bytes": int(stats["peak_bytes_in_use"]), "what": f"{dev.device_kind} peak_bytes_in_use (process, so far)",
             "device_limit_bytes": int(stats.get("bytes_limit", 0)) or None}
+  # Linux keeps ru_maxrss across fork + exec, so a child would report its parent's peak;
+  # VmHWM (the high-water mark of this process's own address space) does not carry over.
+  try:
+    for line in open("/proc/self/status"):
+      if line.startswith("VmHWM:"):
+        return {"bytes": int(line.split()[1]) * 1024, "what": "host peak RSS, VmHWM (process, so far)"}
+  except OSError:
+    pass
   kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
   return {"bytes": int(kib) * 1024, "what": "host max RSS (process, so far)"}
 
