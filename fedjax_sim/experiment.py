@@ -153,8 +153,8 @@ def run_method(name: str, config: ExperimentConfig, federation: Federation,
   finally:
     if bar is not None:
       bar.close()
-  out = jax.tree_util.tree_map(lambda a: np.asarray(a)[:runs], out)
-  check_faults(name, out.fault, seeds, options.sweep, federation, options.checkpoints)
+  out = jax.tree_util.tree_map(lambda a: a[:runs], _host(out.replace(state=None)))  # the summary needs no models
+  check_faults(name, out.fault, seeds, options.sweep, federation, options.checkpoints, algorithm.federated)
   summary, per_seed = summarize_grid(name, points, options.sweep, federation, model, algorithm, out)
   summary["timing"] = {"compile_s": compile_s, "run_s": run_s, "devices": placement.num_devices,
                        "sharded_axis": placement.axis, "traces": traces["n"]}
@@ -163,11 +163,18 @@ def run_method(name: str, config: ExperimentConfig, federation: Federation,
 
 
 def _run_checkpointed(name, program: Program, keys, fed, hyper, ckpt: RunCheckpoints, bar):
-  """Runs ``program`` chunk by chunk, saving after each chunk and resuming from the latest save."""
+  """Runs ``program`` chunk by chunk, saving after each chunk and resuming from the latest save.
+
+  The carry's layout over devices is fixed by the compiled ``start`` program: the chunk
+  program is compiled for it, and a restored (or chunk-output) carry is put back on it before
+  every chunk, so resuming on several devices meets the shardings the program expects.
+  """
   compile_s = 0.0
   start, dt = _timed(lambda: program.start.lower(keys, fed, hyper).compile())
   compile_s += dt
-  template = jax.eval_shape(program.start, keys, fed, hyper)
+  shardings = start.output_shardings
+  template = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                                    jax.eval_shape(program.start, keys, fed, hyper), shardings)
   t0 = jnp.asarray(1, jnp.int32)
   advance, dt = _timed(lambda: program.advance.lower(template, fed, hyper, t0).compile())
   compile_s += dt
@@ -182,17 +189,27 @@ def _run_checkpointed(name, program: Program, keys, fed, hyper, ckpt: RunCheckpo
   else:
     carry = start(keys, fed, hyper)
   while done < program.rounds:
+    carry = jax.device_put(carry, shardings)  # a no-op unless restored or laid out otherwise
     carry = jax.block_until_ready(advance(carry, fed, hyper, jnp.asarray(done + 1, jnp.int32)))
     done = min(done + program.chunk, program.rounds)
-    fault = np.asarray(carry.fault.round)
+    fault = np.asarray(_host(carry.fault.round))
     if np.any(fault > 0):  # keep the last good checkpoint; the fault is reported from ``out``
       break
     ckpt.save(name, done, carry)
-  out = jax.block_until_ready(finish(carry, fed))
+  out = jax.block_until_ready(finish(jax.device_put(carry, shardings), fed))
   return out, compile_s, time.perf_counter() - t_run
 
 
-def check_faults(name, fault, seeds, sweep: Sweep, federation: Federation, ckpt: Optional[RunCheckpoints]):
+def _host(tree):
+  """Host copies of (possibly multi-host sharded) arrays."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    tree = multihost_utils.process_allgather(tree, tiled=True)
+  return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def check_faults(name, fault, seeds, sweep: Sweep, federation: Federation, ckpt: Optional[RunCheckpoints],
+                 federated: bool = True):
   """Raises :class:`NumericalFault` for the first run (in run order) that hit a non-finite value."""
   rounds = np.asarray(fault.round)
   bad = np.flatnonzero(rounds > 0)
@@ -204,7 +221,9 @@ def check_faults(name, fault, seeds, sweep: Sweep, federation: Federation, ckpt:
   if sweep:
     where += f", grid point {point_label(sweep.points[r // len(seeds)])}"
   client = int(np.asarray(fault.client)[r])
-  if client >= 0 and client < federation.num_clients:
+  if not federated:
+    center = "the pooled (centralized) model"
+  elif client >= 0 and client < federation.num_clients:
     center = f"first affected center: {client} ({federation.names[client]!r})"
   else:
     center = "first affected center: not attributable to one center (a shared model went non-finite)"

@@ -146,11 +146,26 @@ def _invocation(args) -> dict:
           "checkpoint_every": args.checkpoint_every, "checkpoint_dir": args.checkpoint_dir}
 
 
+def _barrier(name: str) -> None:
+  """Waits for every process of a multi-host run (a no-op with one process)."""
+  import jax
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
+
+
 def _resumed_args(args):
   """``args`` with the invocation stored in ``--resume DIR`` (the flags given now must agree with it)."""
   from fedjax_sim.checkpoint import RunCheckpoints
+  if args.checkpoint_dir is not None:
+    raise ConfigError("--resume DIR continues the run in DIR; drop --checkpoint-dir")
   stored = RunCheckpoints(args.resume).read_manifest()
-  for key in ("experiment", "rounds", "seeds", "out", "checkpoint_every"):
+  needed = ("experiment", "sets", "sweeps", "rounds", "seeds", "out", "devices", "checkpoint_every")
+  missing = [k for k in needed if k not in stored]
+  if missing:
+    raise ConfigError(f"--resume {args.resume}: run.json lacks {', '.join(missing)}; it was not written by this "
+                      f"version of fedjax_sim")
+  for key in ("experiment", "rounds", "seeds", "out", "devices", "checkpoint_every"):
     given = getattr(args, key)
     if given is not None and given != stored[key]:
       raise ConfigError(f"--resume {args.resume}: the run was started with {key} = {stored[key]!r}, "
@@ -159,10 +174,8 @@ def _resumed_args(args):
     if getattr(args, key) and getattr(args, key) != stored[key]:
       raise ConfigError(f"--resume {args.resume}: the run was started with --{key[:-1]} {stored[key]}; "
                         f"a resumed run cannot change them")
-  for key in ("experiment", "sets", "sweeps", "rounds", "seeds", "out", "checkpoint_every"):
+  for key in ("experiment", "sets", "sweeps", "rounds", "seeds", "out", "devices", "checkpoint_every"):
     setattr(args, key, stored[key])
-  if args.devices is None:
-    args.devices = stored["devices"]
   args.checkpoint_dir = args.resume
   args.remove_checkpoints = stored.get("checkpoint_dir") is None  # it was the default, inside OUT
   return args
@@ -194,6 +207,13 @@ def main(argv=None) -> int:
     from fedjax_sim.checkpoint import RunCheckpoints
     from fedjax_sim.experiment import RunOptions, build_federation, run_method
     from fedjax_sim.progress import wanted
+    from fedjax_sim.algorithms.registry import preset
+    from fedjax_sim.config import config_for_method
+    from fedjax_sim.engine.placement import make_placement
+    from fedjax_sim.sweep import point_configs
+    for name in config.methods:  # every grid point of every method is valid before anything is written
+      point_configs(config_for_method(config, preset(name)), sweep)
+    make_placement(1, 1, devices)  # the device count is available
     ckpt = None
     if every:
       ckpt = RunCheckpoints(args.checkpoint_dir or out_dir / "checkpoints")
@@ -201,7 +221,14 @@ def main(argv=None) -> int:
         if (ckpt.dir / "run.json").exists():
           raise ConfigError(f"{ckpt.dir} already holds a checkpointed run; continue it with --resume {ckpt.dir} "
                             f"or choose another --checkpoint-dir / --out")
-        ckpt.write_manifest(_invocation(args))
+        if ckpt.dir.exists() and any(ckpt.dir.iterdir()):
+          raise ConfigError(f"{ckpt.dir} exists and is not empty; checkpoints need a directory of their own "
+                            f"(choose another --checkpoint-dir / --out)")
+        _barrier("fedjax_sim checkpoint dir checked")
+        if jax.process_index() == 0:
+          args.devices = str(devices or jax.device_count())  # a resumed run must lay out the same runs
+          args.out = str(out_dir.resolve())  # a resumed run writes where this one would have
+          ckpt.write_manifest(_invocation(args))
     options = RunOptions(sweep=sweep, devices=devices, checkpoint_every=every or 0, checkpoints=ckpt,
                          progress=wanted(args.quiet))
     grid = f"; sweep {len(sweep.points)} grid points ({' × '.join(sweep.keys)})" if sweep else ""
@@ -233,7 +260,7 @@ def main(argv=None) -> int:
           f"({run.run_s / config.rounds:.3f} s per round for all {runs} runs)")
       methods[name] = _json_safe(run.summary)
       per_seed[name] = _json_safe(run.per_seed)
-      if ckpt is not None:
+      if ckpt is not None and jax.process_index() == 0:
         ckpt.mark_done(name, {"summary": methods[name], "per_seed": per_seed[name]})
     summary = _json_safe({
         "schema_version": SCHEMA_VERSION,
@@ -250,7 +277,8 @@ def main(argv=None) -> int:
     })
     if jax.process_index() == 0:
       write_outputs(out_dir, summary, per_seed, config.report if not sweep else "")
-    if ckpt is not None and getattr(args, "remove_checkpoints", args.checkpoint_dir is None):
+    if (ckpt is not None and jax.process_index() == 0
+        and getattr(args, "remove_checkpoints", args.checkpoint_dir is None)):
       shutil.rmtree(ckpt.dir, ignore_errors=True)  # the default location lives inside OUT; the run is done
   except FedjaxSimError as e:
     print(f"error: {e}", file=sys.stderr)

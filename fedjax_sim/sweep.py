@@ -11,7 +11,9 @@ Settings that change array shapes or program structure (model widths, rounds,
 
 κ (``abps.kappa``) is traced but bounded by a static slot count: a sweep over κ
 compiles ABPS with ``kappa_max`` = the largest swept κ; smaller κ leave the
-extra slots empty (null players in the Shapley credit).
+extra slots empty (null players in the Shapley credit, so exact Shapley values
+are unchanged). A κ grid may not straddle ``abps.exact_shapley_max``: that
+would silently move the small-κ points to truncated Monte Carlo Shapley.
 """
 from __future__ import annotations
 
@@ -125,6 +127,12 @@ def parse_sweep(items: Sequence[str], config: ExperimentConfig) -> Sweep:
       coerced.append(getattr(getattr(checked, section), field))
     if len(set(coerced)) != len(coerced):
       raise ConfigError(f"--sweep {key}: repeated values {vals}")
+    limit = config.abps.exact_shapley_max
+    if key == "abps.kappa" and min(coerced) <= limit < max(coerced):
+      raise ConfigError(
+          f"--sweep abps.kappa={raw_vals.strip()}: the program is built for the largest κ, and κ > "
+          f"abps.exact_shapley_max = {limit} switches every grid point to truncated Monte Carlo Shapley; "
+          f"sweep κ ≤ {limit} and κ > {limit} as separate runs")
     keys.append(key)
     values.append(tuple(coerced))
   return Sweep(keys=tuple(keys), values=tuple(values))

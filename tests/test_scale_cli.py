@@ -52,6 +52,7 @@ def test_sweep_kappa_epsilon_is_one_program_with_a_grid_entry_per_point(tmp_path
     ("nonsense=1,2", "unknown key"),
     ("kappa=0,1", "abps.kappa must be ≥ 1"),
     ("mu=0.1,0.2", "ambiguous"),
+    ("kappa=2,6", "truncated Monte Carlo"),
     ("kappa", "expects KEY=V1,V2"),
 ])
 def test_bad_sweeps_get_one_message_and_exit_2(tmp_path, capsys, item, needle):
@@ -157,6 +158,26 @@ for method in ("fedavg", "abps"):
         "axis": r.summary["timing"]["sharded_axis"],
         "values": [x for rec in r.per_seed for x in rec["test_auroc_per_center"] + rec["val_auroc_curve"]
                    if x is not None] + [r.summary["bytes"]]}
+# Checkpointed on 4 devices, killed after round 1 and resumed: the 1-device numbers again.
+import tempfile
+from fedjax_sim import checkpoint
+cfg = load_experiment("fedavg", {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": "8,4",
+                                 "learner.num_buckets": 1, "learner.local_epochs": 1, "rounds": 2, "seeds": "1,2"})
+fed = build_federation(cfg, warn=lambda m: None)
+ck = checkpoint.RunCheckpoints(tempfile.mkdtemp())
+def kill(method, rounds_done):
+  raise checkpoint.SimulatedKill()
+checkpoint.AFTER_SAVE_HOOK = kill
+try:
+  run_method("fedavg", cfg, fed, RunOptions(devices=4, checkpoint_every=1, checkpoints=ck))
+except checkpoint.SimulatedKill:
+  pass
+checkpoint.AFTER_SAVE_HOOK = None
+assert ck.latest_step("fedavg") == 1
+r = run_method("fedavg", cfg, fed, RunOptions(devices=4, checkpoint_every=1, checkpoints=ck))
+out["resumed/4"] = {"axis": r.summary["timing"]["sharded_axis"],
+                    "values": [x for rec in r.per_seed for x in rec["test_auroc_per_center"] + rec["val_auroc_curve"]
+                               if x is not None] + [r.summary["bytes"]]}
 # Runs axis: 3 grid points x 2 seeds = 6 runs >= 6 centers, padded to 8 runs on 4 devices.
 cfg = load_experiment("fedavg", {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": "8,4",
                                  "learner.num_buckets": 1, "learner.local_epochs": 1, "rounds": 2, "seeds": "1,2"})
@@ -182,5 +203,28 @@ def test_four_devices_equal_one_device(tmp_path):
   for method in ("fedavg", "abps"):
     assert res[f"{method}/1"]["axis"] == "none" and res[f"{method}/4"]["axis"] == "clients"
     np.testing.assert_allclose(res[f"{method}/4"]["values"], res[f"{method}/1"]["values"], atol=1e-5)
+  assert res["resumed/4"]["axis"] == "clients"
+  np.testing.assert_allclose(res["resumed/4"]["values"], res["fedavg/1"]["values"], atol=1e-5)
   assert res["sweep/4"]["axis"] == "runs" and len(res["sweep/4"]["values"]) == len(res["sweep/1"]["values"])
   np.testing.assert_allclose(res["sweep/4"]["values"], res["sweep/1"]["values"], atol=1e-5)
+
+
+def test_checkpoints_never_go_into_a_folder_that_holds_other_files(tmp_path, capsys):
+  out = tmp_path / "out"
+  (out / "checkpoints").mkdir(parents=True)
+  (out / "checkpoints" / "mine.txt").write_text("keep me")
+  assert run.main(["fedavg", "--checkpoint-every", "1", "--out", str(out)] + TINY) == 2
+  assert "exists and is not empty" in capsys.readouterr().err
+  assert (out / "checkpoints" / "mine.txt").read_text() == "keep me"
+  assert run.main(["--resume", str(out / "checkpoints"), "--checkpoint-dir", str(tmp_path), "--quiet"]) == 2
+  assert "drop --checkpoint-dir" in capsys.readouterr().err
+
+
+def test_invalid_grid_points_and_device_counts_fail_before_anything_is_written(tmp_path, capsys):
+  out = tmp_path / "out"
+  args = ["abps", "--checkpoint-every", "1", "--out", str(out)] + TINY
+  assert run.main(args + ["--sweep", "phi_min=-0.1,0.2", "--sweep", "phi_max=0.1"]) == 2
+  assert "abps.phi_max must be greater than abps.phi_min" in capsys.readouterr().err
+  assert run.main(args + ["--devices", "64"]) == 2
+  assert "--devices must be in [1," in capsys.readouterr().err
+  assert not out.exists()

@@ -13,8 +13,10 @@ A simulation of one run (one seed, one hyperparameter point) is three pure piece
 with a ``lax.scan`` over rounds. :class:`Program` runs N runs at once (seeds ×
 grid points on one leading axis) as ``scan(vmap(step))``, either as one
 compiled call for the whole run or, for checkpointed runs, as one compiled
-chunk of rounds reused from chunk to chunk. Both give the same numbers: the
-per-round keys are ``split(k_rounds, R)`` whatever the chunking.
+chunk of rounds reused from chunk to chunk. Both compute the same rounds with the
+same per-round keys (``split(k_rounds, R)`` whatever the chunking), so they agree
+up to float rounding (XLA may fuse the two programs differently); a resumed
+chunked run is bitwise the uninterrupted chunked run.
 """
 from __future__ import annotations
 
