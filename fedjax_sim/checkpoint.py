@@ -24,7 +24,6 @@ import pathlib
 from typing import Callable, Optional
 
 import jax
-import numpy as np
 
 from fedjax_sim.errors import ConfigError
 
@@ -146,8 +145,3 @@ def _atomic_write(path: pathlib.Path, text: str) -> None:
   tmp = path.with_name(f".{path.name}.tmp")
   tmp.write_text(text)
   os.replace(tmp, path)
-
-
-def numpy_tree(tree):
-  """Host copies of every leaf (for JSON records)."""
-  return jax.tree_util.tree_map(np.asarray, tree)

@@ -52,12 +52,25 @@ class Algorithm(NamedTuple):
   federated: bool = True
 
 
+def nonfinite_rows(tree, num_clients: int) -> tuple:
+  """``(any_bad [], bad [C])``: whether any float leaf of ``tree`` holds a non-finite value, and which
+  clients' slices of its per-client leaves (leading axis C) do."""
+  any_bad = jnp.asarray(False)
+  bad = jnp.zeros((num_clients,), bool)
+  for leaf in jax.tree_util.tree_leaves(tree):
+    if not jnp.issubdtype(leaf.dtype, jnp.floating):
+      continue
+    finite = jnp.isfinite(leaf)
+    any_bad = any_bad | ~jnp.all(finite)
+    if leaf.ndim >= 1 and leaf.shape[0] == num_clients:
+      bad = bad | ~jnp.all(finite.reshape(num_clients, -1), axis=1)
+  return any_bad, bad
+
+
 def nonfinite_client(loss: jax.Array, params=None) -> jax.Array:
   """1 + the index of the first client whose loss ``[C]`` (or stacked ``params [C, ...]``) is
   non-finite, else 0: what :class:`RoundMetrics` reports for the run's fault message."""
-  bad = ~jnp.isfinite(loss)
-  for leaf in jax.tree_util.tree_leaves(params):
-    bad = bad | ~jnp.all(jnp.isfinite(leaf.reshape(leaf.shape[0], -1)), axis=1)
+  _, bad = nonfinite_rows((loss, params), loss.shape[0])
   return jnp.where(jnp.any(bad), jnp.argmax(bad) + 1, 0).astype(jnp.int32)
 
 

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics
+from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, nonfinite_rows
 from fedjax_sim.data.federation import Federation
 from fedjax_sim.engine.placement import Placement
 from fedjax_sim.metrics import batched_auroc, mean_defined
@@ -92,16 +92,8 @@ def empty_history(rounds: int) -> History:
 def first_nonfinite_client(state, num_clients: int) -> tuple:
   """``(any_bad, client)``: whether any float leaf of ``state`` is non-finite, and the first client
   whose slice of a per-client leaf (leading axis C) is (−1 if none is)."""
-  bad_any = jnp.asarray(False)
-  bad_client = jnp.zeros((num_clients,), bool)
-  for leaf in jax.tree_util.tree_leaves(state):
-    if not jnp.issubdtype(leaf.dtype, jnp.floating):
-      continue
-    finite = jnp.isfinite(leaf)
-    bad_any = bad_any | ~jnp.all(finite)
-    if leaf.ndim >= 1 and leaf.shape[0] == num_clients:
-      bad_client = bad_client | ~jnp.all(finite.reshape(num_clients, -1), axis=1)
-  return bad_any, jnp.where(jnp.any(bad_client), jnp.argmax(bad_client), -1).astype(jnp.int32)
+  any_bad, bad = nonfinite_rows(state, num_clients)
+  return any_bad, jnp.where(jnp.any(bad), jnp.argmax(bad), -1).astype(jnp.int32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,15 +230,3 @@ class Program:
     carry = self._start(keys, federation, hyper)
     carry = self._rounds(carry, federation, hyper, jnp.asarray(1, jnp.int32), self.rounds, guard=False)
     return self._v_finish(carry, federation)
-
-
-def compile_seeds(simulate, keys: jax.Array, federation: Federation, hyper):
-  """Jits ``vmap(simulate)`` over seeds and compiles it once, ahead of time.
-
-  Returns:
-    ``(compiled, lowered)``: call ``compiled(keys, federation, hyper)``; the
-    compile cost is paid here, so the caller can time it apart from the run.
-  """
-  fn = jax.jit(jax.vmap(simulate, in_axes=(0, None, None)))
-  lowered = fn.lower(keys, federation, hyper)
-  return lowered.compile(), lowered
