@@ -20,7 +20,13 @@
 # Back home, append the rows to benchmarks/RESULTS.md with
 #   python benchmarks/bench.py --record-from <files_at>/seeds.json,<files_at>/engine.json,<files_at>/centers.json
 #
+# Issue 3's figure, the whole 5-seed table1 experiment, is a step of its own that does not fit in
+# the same session's device time as the three above; run it alone in another session:
+#   run(command="STEPS=table1 OUT=$OUT bash benchmarks/device_check.sh", timeout_s=600)
+# and record it with  python benchmarks/bench.py --record-from <files_at>/table1.json
+#
 # Environment: OUT (required: output folder), PYTHON (default python3: the image's, with JAX),
+# STEPS (default "seeds engine centers"; "table1" for issue 3's step, limit STEP_TABLE1, default 540),
 # STEP_SEEDS / STEP_ENGINE / STEP_CENTERS (seconds per step), CHILD_TIMEOUT (seconds per centers size),
 # CENTERS (default 230,1000,10000,100000), SEEDS_LIST (default 1,5,20,100), ROUNDS (default 100; centers: CENTERS_ROUNDS, default 5).
 set -u
@@ -33,6 +39,8 @@ export PYTHONUNBUFFERED=1
 STEP_SEEDS=${STEP_SEEDS:-170}
 STEP_ENGINE=${STEP_ENGINE:-150}
 STEP_CENTERS=${STEP_CENTERS:-220}
+STEP_TABLE1=${STEP_TABLE1:-540}
+STEPS=${STEPS:-seeds engine centers}
 CHILD_TIMEOUT=${CHILD_TIMEOUT:-150}
 CENTERS=${CENTERS:-230,100000,1000,10000}
 SEEDS_LIST=${SEEDS_LIST:-1,100,5,20}
@@ -56,13 +64,15 @@ step() {  # step NAME LIMIT ARGS...
   return 0
 }
 
-step seeds "$STEP_SEEDS" --suite seeds --seeds-list "$SEEDS_LIST" --rounds "$ROUNDS"
-step engine "$STEP_ENGINE" --suite engine --rounds "$ROUNDS" --loop-rounds 2
-step centers "$STEP_CENTERS" --suite centers --centers "$CENTERS" --rounds "$CENTERS_ROUNDS" \
+wants() { case " $STEPS " in *" $1 "*) return 0;; *) return 1;; esac; }
+wants seeds && step seeds "$STEP_SEEDS" --suite seeds --seeds-list "$SEEDS_LIST" --rounds "$ROUNDS"
+wants engine && step engine "$STEP_ENGINE" --suite engine --rounds "$ROUNDS" --loop-rounds 2
+wants centers && step centers "$STEP_CENTERS" --suite centers --centers "$CENTERS" --rounds "$CENTERS_ROUNDS" \
   --child-timeout "$CHILD_TIMEOUT"
+wants table1 && step table1 "$STEP_TABLE1" --suite table1
 
 stamp "summary"
 files=""
-for f in seeds engine centers; do [ -s "$OUT/$f.json" ] && files="$files${files:+,}$OUT/$f.json"; done
+for f in seeds engine centers table1; do [ -s "$OUT/$f.json" ] && files="$files${files:+,}$OUT/$f.json"; done
 [ -n "$files" ] && timeout 60 "$PY" benchmarks/bench.py --print-from "$files"
 stamp "done"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke check of benchmarks/bench.py (no pytest): the seeds and centers suites at tiny sizes, then a
+# Smoke check of benchmarks/bench.py (no pytest): the seeds, centers and table1 suites at tiny sizes, then a
 # sanity check of their JSON. A few minutes on 2 busy CPU cores (mostly XLA compiles).
 #
 #   bash benchmarks/smoke.sh [OUTDIR]          # SMOKE_SKIP_RUN=1: only check OUTDIR's JSON
@@ -13,6 +13,8 @@ cd "$ROOT"
 if [ -z "${SMOKE_SKIP_RUN:-}" ]; then
   "$PY" benchmarks/bench.py --quick --suite seeds --rounds 1 --json "$OUTDIR/seeds.json"
   "$PY" benchmarks/bench.py --quick --suite centers --centers 230 --rounds 1 --json "$OUTDIR/centers.json"
+  "$PY" benchmarks/bench.py --suite table1 --table1-methods local,fedavg --table1-seeds 1 --rounds 1 \
+    --compile-workers 2 --json "$OUTDIR/table1.json"
 fi
 "$PY" - "$OUTDIR" <<'EOF'
 import json, math, pathlib, sys
@@ -41,5 +43,12 @@ for name in ("seeds", "centers"):
       assert x["centers_requested"] == 230 and x["centers"] == 230 and pos(x["build_s"]), x
       assert x["child_status"] == "ok" and x["rounds_run"] == s["rounds"], x
   print(f"{name}: ok")
+t = json.loads((out / "table1.json").read_text())["suites"]["table1"]
+assert "error" not in t and "in_progress" not in t, t
+assert list(t["methods"]) == ["local", "fedavg"] and t["compile_workers"] == 2 and t["rows"] == 2, t
+for m in t["methods"].values():
+  assert pos(m["compile_s"]) and pos(m["run_s"]) and m["rounds_run"] == 1 and 0 < m["auroc_mean"] < 1, m
+assert pos(t["wall_s"]) and t["wall_s"] <= t["compile_sum_s"] + t["run_sum_s"] + 5, t
+print("table1: ok")
 EOF
 echo "smoke ok ($OUTDIR)"

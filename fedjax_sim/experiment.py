@@ -1,15 +1,18 @@
 """Running an experiment: data → federation → one compiled program per method → summary (SPEC §6)."""
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import os
 import time
 import warnings
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_sim.algorithms.base import Algorithm
 from fedjax_sim.algorithms.registry import build_method, build_model, hyper_from_config, preset
 from fedjax_sim.config import ExperimentConfig, config_for_method
 from fedjax_sim.data.cohorts import Cohorts
@@ -19,7 +22,7 @@ from fedjax_sim.engine.placement import make_placement
 from fedjax_sim.engine.simulate import Program, simulation_parts
 from fedjax_sim.errors import ConfigError, NumericalFault
 from fedjax_sim.metrics import fedavg_reference_bytes
-from fedjax_sim.models import num_params
+from fedjax_sim.models import Model, num_params
 from fedjax_sim.progress import Progress
 from fedjax_sim.sweep import Sweep, point_configs, point_label, structural_config
 
@@ -112,14 +115,99 @@ def _timed(fn, *args):
   return out, time.perf_counter() - t0
 
 
-def run_method(name: str, config: ExperimentConfig, federation: Federation,
-               options: RunOptions = RunOptions()) -> MethodRun:
-  """Compiles one program for all seeds × grid points of ``name``, runs it, and summarizes (SPEC §6).
+@dataclasses.dataclass
+class PreparedMethod:
+  """One method's runs, built and placed on the devices but not compiled yet.
 
-  Raises:
-    NumericalFault: a run hit a non-finite loss or parameter (the message names
-      the round, the method, the seed and the first affected center).
+  :func:`prepare_method` makes it, :meth:`compile` compiles its programs (safe to
+  call from a worker thread: XLA compiles without holding the GIL, so several
+  methods compile at once, or ahead of the method that is running), and
+  :meth:`execute` runs and summarizes them. :func:`run_method` does all three.
   """
+
+  name: str
+  options: RunOptions
+  federation: Federation  # host federation (names, for messages and summaries)
+  points: list  # one config per grid point
+  seeds: list
+  algorithm: Algorithm
+  model: Model
+  program: Program
+  keys: jax.Array  # [padded runs] on the devices
+  fed: Federation  # the algorithm's prepared federation, on the devices
+  hyper: Any
+  bar: Optional[Progress]
+  traces: dict
+
+  @property
+  def runs(self) -> int:
+    return len(self.points) * len(self.seeds)
+
+  def compile(self) -> "CompiledMethod":
+    """Lowers and compiles every program the run needs (``run``, or ``start``/``advance``/``finish``
+    for a checkpointed run, whose carry layout comes from the compiled ``start``)."""
+    program, keys, fed, hyper = self.program, self.keys, self.fed, self.hyper
+    t0 = time.perf_counter()
+    if not self.options.checkpoint_every:
+      run = program.run.lower(keys, fed, hyper).compile()
+      return CompiledMethod(run=run, compile_s=time.perf_counter() - t0)
+    start = program.start.lower(keys, fed, hyper).compile()
+    shardings = start.output_shardings
+    template = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                                      jax.eval_shape(program.start, keys, fed, hyper), shardings)
+    advance = program.advance.lower(template, fed, hyper, jnp.asarray(1, jnp.int32)).compile()
+    finish = program.finish.lower(template, fed).compile()
+    return CompiledMethod(start=start, advance=advance, finish=finish, template=template, shardings=shardings,
+                          compile_s=time.perf_counter() - t0)
+
+  def execute(self, compiled: "CompiledMethod") -> "MethodRun":
+    """Runs the compiled programs and summarizes every seed and grid point (SPEC §6).
+
+    Raises:
+      NumericalFault: a run hit a non-finite loss or parameter (the message names
+        the round, the method, the seed and the first affected center).
+    """
+    name, options = self.name, self.options
+    if self.bar is not None:
+      self.bar.open()
+    try:
+      if options.checkpoint_every:
+        out, run_s = _run_checkpointed(name, self.program, compiled, self.keys, self.fed, self.hyper,
+                                       options.checkpoints, self.bar)
+      else:
+        out, run_s = _timed(lambda: jax.block_until_ready(compiled.run(self.keys, self.fed, self.hyper)))
+    finally:
+      if self.bar is not None:
+        self.bar.close()
+    runs = self.runs
+    out = jax.tree_util.tree_map(lambda a: a[:runs], _host(out.replace(state=None)))  # the summary needs no models
+    check_faults(name, out.fault, self.seeds, options.sweep, self.federation, options.checkpoints,
+                 self.algorithm.federated)
+    summary, per_seed = summarize_grid(name, self.points, options.sweep, self.federation, self.model,
+                                       self.algorithm, out)
+    placement = self.program.placement
+    summary["timing"] = {"compile_s": compiled.compile_s, "run_s": run_s, "devices": placement.num_devices,
+                         "sharded_axis": placement.axis, "traces": self.traces["n"]}
+    summary["preset"] = dict(preset(name))
+    return MethodRun(name, summary, per_seed, compiled.compile_s, run_s, self.traces["n"])
+
+
+@dataclasses.dataclass
+class CompiledMethod:
+  """The compiled programs of a :class:`PreparedMethod` and how long compiling them took."""
+
+  compile_s: float
+  run: Any = None  # the whole run as one program (no checkpoints)
+  start: Any = None  # checkpointed runs: start, one chunk of rounds, finish
+  advance: Any = None
+  finish: Any = None
+  template: Any = None  # the carry's shapes, dtypes and shardings (what a checkpoint restores into)
+  shardings: Any = None
+
+
+def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
+                   options: RunOptions = RunOptions()) -> PreparedMethod:
+  """Builds ``name``'s algorithm and its program for all seeds × grid points, and places the inputs."""
   config = config_for_method(config, preset(name))
   points = point_configs(config, options.sweep)
   static = structural_config(config, options.sweep)
@@ -144,60 +232,94 @@ def run_method(name: str, config: ExperimentConfig, federation: Federation,
   program = Program(parts, hyper_batched=bool(options.sweep), placement=placement,
                     chunk=options.checkpoint_every or None, on_round=bar.on_round if bar else None,
                     on_trace=lambda: traces.__setitem__("n", traces["n"] + 1))
+  return PreparedMethod(name=name, options=options, federation=federation, points=points, seeds=seeds,
+                        algorithm=algorithm, model=model, program=program, keys=keys, fed=fed, hyper=hyper,
+                        bar=bar, traces=traces)
+
+
+def run_method(name: str, config: ExperimentConfig, federation: Federation,
+               options: RunOptions = RunOptions()) -> MethodRun:
+  """Compiles one program for all seeds × grid points of ``name``, runs it, and summarizes (SPEC §6).
+
+  Raises:
+    NumericalFault: a run hit a non-finite loss or parameter (the message names
+      the round, the method, the seed and the first affected center).
+  """
+  prepared = prepare_method(name, config, federation, options)
+  return prepared.execute(prepared.compile())
+
+
+def default_compile_workers(methods: int) -> int:
+  """Methods compiled at once by :func:`run_methods`: half the host's cores (the other half runs the
+  method in progress on a CPU backend), at least one, at most the methods still to compile."""
+  return max(1, min(methods, (os.cpu_count() or 2) // 2, 8))
+
+
+def run_methods(names, config: ExperimentConfig, federation: Federation, options: RunOptions = RunOptions(),
+                workers: Optional[int] = None) -> Iterator[MethodRun]:
+  """Runs several methods in order, compiling ahead: while one method runs, up to ``workers``
+  worker threads prepare and compile the next ones (XLA compiles without the GIL). Yields each
+  :class:`MethodRun` as it finishes; results are those of :func:`run_method` one by one (the same
+  programs compile to the same executables).
+
+  At most ``workers`` methods are prepared ahead of the one running, so their inputs on the
+  devices stay bounded. Each method's ``compile_s`` is its own compile time (longer when compiles
+  share the cores); the wall-clock time saved shows in the experiment's total.
+  """
+  names = list(names)
+  if not names:
+    return
+  workers = default_compile_workers(len(names)) if workers is None else max(1, int(workers))
+
+  def prepare_and_compile(name):
+    prepared = prepare_method(name, config, federation, options)
+    return prepared, prepared.compile()
+
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fedjax_sim-compile")
+  futures = {}
+
+  def submit(i):
+    if i < len(names):
+      futures[i] = pool.submit(prepare_and_compile, names[i])
+
   try:
-    if options.checkpoint_every:
-      out, compile_s, run_s = _run_checkpointed(name, program, keys, fed, hyper, options.checkpoints, bar)
-    else:
-      compiled, compile_s = _timed(lambda: program.run.lower(keys, fed, hyper).compile())
-      out, run_s = _timed(lambda: jax.block_until_ready(compiled(keys, fed, hyper)))
-  finally:
-    if bar is not None:
-      bar.close()
-  out = jax.tree_util.tree_map(lambda a: a[:runs], _host(out.replace(state=None)))  # the summary needs no models
-  check_faults(name, out.fault, seeds, options.sweep, federation, options.checkpoints, algorithm.federated)
-  summary, per_seed = summarize_grid(name, points, options.sweep, federation, model, algorithm, out)
-  summary["timing"] = {"compile_s": compile_s, "run_s": run_s, "devices": placement.num_devices,
-                       "sharded_axis": placement.axis, "traces": traces["n"]}
-  summary["preset"] = dict(preset(name))
-  return MethodRun(name, summary, per_seed, compile_s, run_s, traces["n"])
+    for i in range(workers):
+      submit(i)
+    for i in range(len(names)):
+      prepared, compiled = futures.pop(i).result()
+      submit(i + workers)  # keep ``workers`` methods compiling or compiled ahead of this one
+      yield prepared.execute(compiled)
+  finally:  # on an error, compiles not started are dropped (running ones finish in the background)
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _run_checkpointed(name, program: Program, keys, fed, hyper, ckpt: RunCheckpoints, bar):
+def _run_checkpointed(name, program: Program, compiled: CompiledMethod, keys, fed, hyper, ckpt: RunCheckpoints,
+                      bar):
   """Runs ``program`` chunk by chunk, saving after each chunk and resuming from the latest save.
 
   The carry's layout over devices is fixed by the compiled ``start`` program: the chunk
   program is compiled for it, and a restored (or chunk-output) carry is put back on it before
   every chunk, so resuming on several devices meets the shardings the program expects.
   """
-  compile_s = 0.0
-  start, dt = _timed(lambda: program.start.lower(keys, fed, hyper).compile())
-  compile_s += dt
-  shardings = start.output_shardings
-  template = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                                    jax.eval_shape(program.start, keys, fed, hyper), shardings)
-  t0 = jnp.asarray(1, jnp.int32)
-  advance, dt = _timed(lambda: program.advance.lower(template, fed, hyper, t0).compile())
-  compile_s += dt
-  finish, dt = _timed(lambda: program.finish.lower(template, fed).compile())
-  compile_s += dt
+  shardings = compiled.shardings
   t_run = time.perf_counter()
   done = ckpt.latest_step(name)
   if done:
-    carry = ckpt.restore(name, done, template)
+    carry = ckpt.restore(name, done, compiled.template)
     if bar is not None:
       bar.start_at(done)
   else:
-    carry = start(keys, fed, hyper)
+    carry = compiled.start(keys, fed, hyper)
   while done < program.rounds:
     carry = jax.device_put(carry, shardings)  # a no-op unless restored or laid out otherwise
-    carry = jax.block_until_ready(advance(carry, fed, hyper, jnp.asarray(done + 1, jnp.int32)))
+    carry = jax.block_until_ready(compiled.advance(carry, fed, hyper, jnp.asarray(done + 1, jnp.int32)))
     done = min(done + program.chunk, program.rounds)
     fault = np.asarray(_host(carry.fault.round))
     if np.any(fault > 0):  # keep the last good checkpoint; the fault is reported from ``out``
       break
     ckpt.save(name, done, carry)
-  out = jax.block_until_ready(finish(jax.device_put(carry, shardings), fed))
-  return out, compile_s, time.perf_counter() - t_run
+  out = jax.block_until_ready(compiled.finish(jax.device_put(carry, shardings), fed))
+  return out, time.perf_counter() - t_run
 
 
 def _host(tree):

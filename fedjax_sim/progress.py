@@ -25,17 +25,28 @@ class Progress:
   """Rounds of one method's runs (all seeds and grid points move together)."""
 
   def __init__(self, label: str, rounds: int, runs: int, stream=None, delay: float = 2.0):
-    from tqdm import tqdm
+    self.label = label
     self.rounds = rounds
     self.runs = runs
+    self._stream = stream
+    self._delay = delay
     self._lock = threading.Lock()
-    self._bar = tqdm(total=rounds, desc=label, unit="round", file=stream or sys.stderr, delay=delay,
-                     dynamic_ncols=True, leave=False)
+    self._bar = None
+
+  def open(self) -> None:
+    """Starts the clock (the bar is made here, not when the program is built: compiling
+    ahead of the run must not count as elapsed time)."""
+    from tqdm import tqdm
+    with self._lock:
+      if self._bar is None:
+        self._bar = tqdm(total=self.rounds, desc=self.label, unit="round", file=self._stream or sys.stderr,
+                         delay=self._delay, dynamic_ncols=True, leave=False)
 
   def on_round(self, t, vals) -> None:
     """Host callback: round ``t`` finished with per-run mean validation AUROC ``vals``."""
     t = int(np.asarray(t))
     vals = np.asarray(vals, np.float64)
+    self.open()
     with self._lock:
       if t > self._bar.n:
         self._bar.update(t - self._bar.n)
@@ -45,8 +56,10 @@ class Progress:
 
   def start_at(self, rounds_done: int) -> None:
     """A resumed run starts with ``rounds_done`` rounds already done."""
+    self.open()
     with self._lock:
       self._bar.update(rounds_done - self._bar.n)
 
   def close(self) -> None:
-    self._bar.close()
+    if self._bar is not None:
+      self._bar.close()

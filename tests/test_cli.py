@@ -19,7 +19,7 @@ def test_end_to_end_summary_schema(tmp_path, capsys):
   summary = json.loads((out / "summary.json").read_text())
   assert summary["experiment"] == "fedavg"
   assert set(summary) >= {"experiment", "config", "timing", "methods"}
-  assert set(summary["timing"]) == {"compile_s", "run_s"}
+  assert set(summary["timing"]) == {"compile_s", "run_s", "wall_s"}
   m = summary["methods"]["fedavg"]
   assert set(m) >= {"seeds", "auroc_mean", "auroc_std", "bandwidth_ratio", "bytes", "rest_fraction",
                     "rounds_run", "per_seed", "bandwidth_reference"}

@@ -228,3 +228,33 @@ def test_invalid_grid_points_and_device_counts_fail_before_anything_is_written(t
   assert run.main(args + ["--devices", "64"]) == 2
   assert "--devices must be in [1," in capsys.readouterr().err
   assert not out.exists()
+
+
+def test_compiling_ahead_in_worker_threads_gives_the_one_by_one_results(monkeypatch):
+  """run_methods (the CLI's path) compiles the next methods in worker threads while one runs; the
+  results equal run_method's, method by method, in the requested order."""
+  from fedjax_sim.config import load_experiment
+  import threading
+  cfg = load_experiment("fedavg", {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": "8,4",
+                                   "learner.num_buckets": 1, "learner.local_epochs": 1, "rounds": 2,
+                                   "seeds": "1,2"})
+  fed = experiment.build_federation(cfg, warn=lambda m: None)
+  names = ["local", "fedavg"]
+  threads = []
+  compile_ = experiment.PreparedMethod.compile
+
+  def recording_compile(self):
+    threads.append((self.name, threading.current_thread().name))
+    return compile_(self)
+
+  monkeypatch.setattr(experiment.PreparedMethod, "compile", recording_compile)
+  ahead = list(experiment.run_methods(names, cfg, fed, experiment.RunOptions(), workers=2))
+  assert [r.name for r in ahead] == names
+  assert sorted(n for n, _ in threads) == sorted(names)
+  assert all(t.startswith("fedjax_sim-compile") for _, t in threads)  # none compiled on the main thread
+  for r in ahead:
+    alone = experiment.run_method(r.name, cfg, fed)
+    assert r.per_seed == alone.per_seed
+    assert {k: v for k, v in r.summary.items() if k != "timing"} == \
+        {k: v for k, v in alone.summary.items() if k != "timing"}
+  assert list(experiment.run_methods([], cfg, fed)) == []
