@@ -168,3 +168,19 @@ def test_pooled_program_has_no_c_by_c_array(monkeypatch):
     dims = [tuple(int(d) for d in s.split("x")) for s in re.findall(r"tensor<([0-9x]+)x[a-z0-9]+>", text)]
     found[size] = [d for d in dims if sum(x in (c - 1, c) for x in d) >= 2]
   assert not found[8] and found[0]
+
+
+def test_bf16_wire_rounds_what_partners_send(fed):
+  """ABPS+Q against ABPS in the same round (same key: same partners): the averaged bodies differ by
+  n-weighted bf16 rounding errors of the partners' models, at most 2^-8 of the largest weight."""
+  base, _, hyper, state = setup("abps", fed)
+  wired, _, _, _ = setup("abps_q", fed)
+  hyper = hyper.replace(abps_tau_acc=jnp.float32(0.0))
+  s32, m32 = jax.jit(base.round)(jax.random.key(5), state, fed, hyper, jnp.int32(1))
+  s16, m16 = jax.jit(wired.round)(jax.random.key(5), state, fed, hyper, jnp.int32(1))
+  assert float(m16.mean_partners) == float(m32.mean_partners) > 0
+  assert float(m16.bytes) == pytest.approx(float(m32.bytes) / 2)
+  for a, b in zip(jax.tree_util.tree_leaves(s32.params), jax.tree_util.tree_leaves(s16.params)):
+    a, b = np.asarray(a), np.asarray(b)
+    diff = np.abs(a - b).max()
+    assert 0 < diff <= 2.0 ** -8 * np.abs(a).max() + 1e-7

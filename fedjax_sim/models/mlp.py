@@ -91,5 +91,18 @@ def head_mask(params, head_layers: int):
 
 
 def bf16_round_trip(x: jax.Array) -> jax.Array:
-  """What a bfloat16 wire delivers: fp32 → bf16 → fp32 (SPEC §3.2 step 6, Q)."""
-  return x.astype(jnp.bfloat16).astype(jnp.float32)
+  """What a bfloat16 wire delivers: fp32 → bf16 → fp32 (SPEC §3.2 step 6, Q), bitwise.
+
+  Round to nearest, ties to even, on the fp32 bit pattern: keep the top 16 bits after adding
+  0x7FFF plus the lowest kept bit; NaN stays NaN. This is exactly ``x.astype(bfloat16)`` back to
+  fp32 (tested against ml_dtypes on normal, subnormal, overflowing and special values), written
+  with integer ops on purpose: XLA treats a ``convert`` pair f32 → bf16 → f32 as excess precision
+  it may drop (``xla_allow_excess_precision``, on by default), and in the full 50-round,
+  5-seed ABPS+Q program on CPU it did — the wire then rounded nothing while 2 bytes per
+  parameter were counted. Integer arithmetic cannot be elided that way.
+  """
+  x = jnp.asarray(x, jnp.float32)
+  bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+  lowest_kept = (bits >> 16) & jnp.uint32(1)
+  rounded = (bits + jnp.uint32(0x7FFF) + lowest_kept) & jnp.uint32(0xFFFF0000)
+  return jnp.where(jnp.isnan(x), x, jax.lax.bitcast_convert_type(rounded, jnp.float32))
