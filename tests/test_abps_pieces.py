@@ -319,3 +319,24 @@ def test_epsilon_swap_frequency():
   tops = jax.vmap(lambda k: topology.ranked_candidates(k, ucb_row, cand, 0.3)[0])(jax.random.split(jax.random.key(0), 4000))
   # Top stays 9 unless swapped with another candidate: P(top ≠ 9) = ε·9/10.
   assert abs(float(jnp.mean(tops != 9)) - 0.3 * 0.9) < 0.03
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=st.integers(1, 72), frac=st.floats(0.0, 1.0), mean=st.floats(0.0, 1.0))
+def test_no_belief_can_fall_below_tau_acc_before_round_73(t, frac, mean):
+  """A consequence of eq. 7 with SPEC's prior Beta(1, 1), γ = √2 and τ_acc = 0.5 (a table1 finding).
+  After n ≤ t − 1 observations α ≥ 1 and α + β = n + 2, so UCB ≥ 1/(t + 1) + 2·sqrt(ln t / t), which
+  stays ≥ 0.5 up to t = 72 (at t = 1 the prior's UCB is exactly 0.5). No receiver can reject a
+  proposer for a low belief in a 50-round run: rests come only from partners that are full (κ)."""
+  n = round(frac * (t - 1))
+  alpha = 1.0 + mean * n  # Σ φ̄ ∈ [0, n]
+  beta = 1.0 + n - mean * n
+  ucb = posterior.ucb_scores(jnp.float32(alpha), jnp.float32(beta), jnp.float32(n), jnp.int32(t), math.sqrt(2.0))
+  assert float(ucb) >= 0.5 - 1e-6
+
+
+def test_a_belief_can_fall_below_tau_acc_from_round_73():
+  t = 73  # a peer observed in every earlier round with φ̄ = 0: 1/74 + 2·sqrt(ln 73 / 73) = 0.498
+  n = jnp.float32(t - 1)
+  assert float(posterior.ucb_scores(jnp.float32(1.0), n + 1.0, n, jnp.int32(t), math.sqrt(2.0))) < 0.5
+  assert float(posterior.ucb_scores(jnp.float32(1.0), n, n - 1, jnp.int32(t - 1), math.sqrt(2.0))) >= 0.5
