@@ -26,7 +26,7 @@
 # and record it with  python benchmarks/bench.py --record-from <files_at>/table1.json
 #
 # Environment: OUT (required: output folder), PYTHON (default python3: the image's, with JAX),
-# STEPS (default "seeds engine centers"; "table1" for issue 3's step, limit STEP_TABLE1, default 540),
+# STEPS (default "seeds engine centers"; "table1" for issue 3's step, limit STEP_TABLE1, default 460),
 # STEP_SEEDS / STEP_ENGINE / STEP_CENTERS (seconds per step), CHILD_TIMEOUT (seconds per centers size),
 # CENTERS (default 230,1000,10000,100000), SEEDS_LIST (default 1,5,20,100), ROUNDS (default 100; centers: CENTERS_ROUNDS, default 5).
 set -u
@@ -39,8 +39,11 @@ export PYTHONUNBUFFERED=1
 STEP_SEEDS=${STEP_SEEDS:-170}
 STEP_ENGINE=${STEP_ENGINE:-150}
 STEP_CENTERS=${STEP_CENTERS:-220}
-STEP_TABLE1=${STEP_TABLE1:-540}
+STEP_TABLE1=${STEP_TABLE1:-460}
 STEPS=${STEPS:-seeds engine centers}
+for s in $STEPS; do
+  case $s in seeds|engine|centers|table1) ;; *) echo "unknown step '$s' in STEPS; choose from seeds, engine, centers, table1"; exit 2;; esac
+done
 CHILD_TIMEOUT=${CHILD_TIMEOUT:-150}
 CENTERS=${CENTERS:-230,100000,1000,10000}
 SEEDS_LIST=${SEEDS_LIST:-1,100,5,20}

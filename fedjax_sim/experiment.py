@@ -259,17 +259,29 @@ def run_methods(names, config: ExperimentConfig, federation: Federation, options
                 workers: Optional[int] = None) -> Iterator[MethodRun]:
   """Runs several methods in order, compiling ahead: while one method runs, up to ``workers``
   worker threads prepare and compile the next ones (XLA compiles without the GIL). Yields each
-  :class:`MethodRun` as it finishes; results are those of :func:`run_method` one by one (the same
-  programs compile to the same executables).
+  :class:`MethodRun` as it finishes. ``workers = 0``: no compiling ahead, each method is
+  prepared and compiled just before it runs (:func:`run_method` one by one).
+
+  The programs are the same either way. On CPU the results are bitwise those of
+  :func:`run_method` (tested); on a GPU, XLA's autotuning of the next method's kernels shares
+  the device with the method running, so it may pick other kernels (numbers equal up to float
+  rounding) — ``workers = 0`` avoids that.
 
   At most ``workers`` methods are prepared ahead of the one running, so their inputs on the
-  devices stay bounded. Each method's ``compile_s`` is its own compile time (longer when compiles
-  share the cores); the wall-clock time saved shows in the experiment's total.
+  devices stay bounded, and a finished method's inputs and executables are dropped before the
+  next one runs. Each method's ``compile_s`` is its own compile time (longer when compiles share
+  the cores); the wall-clock time saved shows in the experiment's total. If a method fails, the
+  error propagates at once; compiles already running finish in their threads before the process
+  can exit (at most ``workers`` of them), those not started are dropped.
   """
   names = list(names)
   if not names:
     return
-  workers = default_compile_workers(len(names)) if workers is None else max(1, int(workers))
+  workers = default_compile_workers(len(names)) if workers is None else max(0, int(workers))
+  if workers == 0:
+    for name in names:
+      yield run_method(name, config, federation, options)
+    return
 
   def prepare_and_compile(name):
     prepared = prepare_method(name, config, federation, options)
@@ -288,8 +300,12 @@ def run_methods(names, config: ExperimentConfig, federation: Federation, options
     for i in range(len(names)):
       prepared, compiled = futures.pop(i).result()
       submit(i + workers)  # keep ``workers`` methods compiling or compiled ahead of this one
-      yield prepared.execute(compiled)
-  finally:  # on an error, compiles not started are dropped (running ones finish in the background)
+      run = prepared.execute(compiled)
+      del prepared, compiled  # its inputs and executables can go before the next method runs
+      yield run
+  finally:  # on an error (or the caller stopping early) compiles not started are dropped
+    for f in futures.values():
+      f.cancel()
     pool.shutdown(wait=False, cancel_futures=True)
 
 

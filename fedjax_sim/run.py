@@ -51,7 +51,7 @@ def parse_args(argv):
                  help="call jax.distributed.initialize() first (one process per host; see README)")
   p.add_argument("--compile-workers", type=str, default=None, metavar="N",
                  help="compile up to N methods at once, ahead of the one running (default: half the CPU cores, "
-                      "at most 8)")
+                      "at most 8; 0: compile each method just before it runs)")
   p.add_argument("--quiet", action="store_true", help="print only the results table (no log, no progress bar)")
   return p.parse_args(argv)
 
@@ -65,6 +65,19 @@ def _positive_int(flag: str, value):
     v = 0
   if v < 1:
     raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+  return v
+
+
+def _count(flag: str, value):
+  """A non-negative integer flag (None when not given)."""
+  if value is None:
+    return None
+  try:
+    v = int(value, 10)
+  except ValueError:
+    v = -1
+  if v < 0:
+    raise ConfigError(f"{flag} must be a non-negative integer, got {value!r}")
   return v
 
 
@@ -199,7 +212,7 @@ def main(argv=None) -> int:
     sweep = parse_sweep(args.sweeps, config)
     devices = _positive_int("--devices", args.devices)
     every = _positive_int("--checkpoint-every", args.checkpoint_every)
-    workers = _positive_int("--compile-workers", args.compile_workers)
+    workers = _count("--compile-workers", args.compile_workers)
     if args.checkpoint_dir is not None and not every:
       raise ConfigError("--checkpoint-dir needs --checkpoint-every R")
     out_dir = pathlib.Path(args.out or f"runs/{config.name}")

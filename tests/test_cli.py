@@ -61,6 +61,7 @@ def test_csv_source_runs_local(tmp_path):
     (["fedavg", "--rounds", "0"], "rounds must be a positive integer"),
     (["fedavg", "--rounds", "abc"], "rounds: expected int"),
     (["fedavg", "--set", "rounds"], "--set expects KEY=VALUE"),
+    (["fedavg", "--compile-workers", "-1"], "--compile-workers must be a non-negative integer, got '-1'"),
     (["fedavg", "--set", "methods=fedavg,bogus"], "unknown method 'bogus'; choose from: local, centralized"),
     (["fedavg", "--set", "data.source=parquet"], "data.source must be one of synthetic, mimic, csv"),
     (["fedavg", "--set", "data.source=csv"], "data.path must be set for data.source = csv"),

@@ -258,3 +258,72 @@ def test_compiling_ahead_in_worker_threads_gives_the_one_by_one_results(monkeypa
     assert {k: v for k, v in r.summary.items() if k != "timing"} == \
         {k: v for k, v in alone.summary.items() if k != "timing"}
   assert list(experiment.run_methods([], cfg, fed)) == []
+
+
+class _FakePrepared:
+  """Stands in for PreparedMethod: records when it is compiled and run, compiles nothing."""
+
+  def __init__(self, name, log, fail_compile=False, fail_run=False):
+    self.name, self.log, self.fail_compile, self.fail_run = name, log, fail_compile, fail_run
+
+  def compile(self):
+    self.log.append(("compile", self.name))
+    if self.fail_compile:
+      raise RuntimeError(f"compile of {self.name} failed")
+    return self.name
+
+  def execute(self, compiled):
+    assert compiled == self.name
+    self.log.append(("run", self.name))
+    if self.fail_run:
+      raise experiment.NumericalFault(f"fault in {self.name}")
+    return experiment.MethodRun(self.name, {}, [], 0.0, 0.0, 1)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 5])
+def test_run_methods_window_order_and_errors(monkeypatch, workers):
+  """Order, the compile-ahead window (never more than ``workers`` methods ahead of the one running),
+  errors raised in a worker or by a run, and a caller that stops early — without compiling anything."""
+  import threading
+  log, fail = [], {}
+  lock = threading.Lock()
+
+  def fake_prepare(name, config, federation, options):
+    with lock:
+      log.append(("prepare", name))
+    return _FakePrepared(name, log, fail_compile=fail.get(name) == "compile", fail_run=fail.get(name) == "run")
+
+  monkeypatch.setattr(experiment, "prepare_method", fake_prepare)
+  monkeypatch.setattr(experiment, "run_method", lambda n, c, f, o: _run_alone(fake_prepare(n, c, f, o)))
+  names = [f"m{i}" for i in range(6)]
+  runs = list(experiment.run_methods(names, None, None, workers=workers))
+  assert [r.name for r in runs] == names
+  ran = [n for what, n in log if what == "run"]
+  assert ran == names
+  for k, name in enumerate(names):  # when m_k runs, at most m_{k+1..k+workers} were prepared ahead of it
+    at = log.index(("run", name))
+    prepared = {n for what, n in log[:at] if what == "prepare"}
+    assert prepared <= set(names[:k + 1 + workers])
+  # A compile that fails in a worker surfaces when its method is due; later methods never run.
+  log.clear()
+  fail.update({"m2": "compile"})
+  with pytest.raises(RuntimeError, match="compile of m2 failed"):
+    list(experiment.run_methods(names, None, None, workers=workers))
+  assert [n for what, n in log if what == "run"] == ["m0", "m1"]
+  # A run that faults stops the sequence with its own error.
+  log.clear()
+  fail.clear()
+  fail.update({"m1": "run"})
+  with pytest.raises(experiment.NumericalFault, match="fault in m1"):
+    list(experiment.run_methods(names, None, None, workers=workers))
+  # A caller that stops after the first method: nothing else runs.
+  log.clear()
+  fail.clear()
+  gen = experiment.run_methods(names, None, None, workers=workers)
+  assert next(gen).name == "m0"
+  gen.close()
+  assert [n for what, n in log if what == "run"] == ["m0"]
+
+
+def _run_alone(prepared):
+  return prepared.execute(prepared.compile())
