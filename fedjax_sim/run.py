@@ -56,28 +56,17 @@ def parse_args(argv):
   return p.parse_args(argv)
 
 
-def _positive_int(flag: str, value):
+def _int_flag(flag: str, value, minimum: int = 1):
+  """An integer flag of at least ``minimum``, 1 or 0 (None when not given)."""
   if value is None:
     return None
   try:
     v = int(value, 10)
   except ValueError:
-    v = 0
-  if v < 1:
-    raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
-  return v
-
-
-def _count(flag: str, value):
-  """A non-negative integer flag (None when not given)."""
-  if value is None:
-    return None
-  try:
-    v = int(value, 10)
-  except ValueError:
-    v = -1
-  if v < 0:
-    raise ConfigError(f"{flag} must be a non-negative integer, got {value!r}")
+    v = minimum - 1
+  if v < minimum:
+    kind = "a positive integer" if minimum == 1 else "a non-negative integer"
+    raise ConfigError(f"{flag} must be {kind}, got {value!r}")
   return v
 
 
@@ -210,9 +199,9 @@ def main(argv=None) -> int:
     config = load_experiment(args.experiment, overrides_from_args(args))
     from fedjax_sim.sweep import parse_sweep
     sweep = parse_sweep(args.sweeps, config)
-    devices = _positive_int("--devices", args.devices)
-    every = _positive_int("--checkpoint-every", args.checkpoint_every)
-    workers = _count("--compile-workers", args.compile_workers)
+    devices = _int_flag("--devices", args.devices)
+    every = _int_flag("--checkpoint-every", args.checkpoint_every)
+    workers = _int_flag("--compile-workers", args.compile_workers, minimum=0)
     if args.checkpoint_dir is not None and not every:
       raise ConfigError("--checkpoint-dir needs --checkpoint-every R")
     out_dir = pathlib.Path(args.out or f"runs/{config.name}")
