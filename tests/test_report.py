@@ -1,8 +1,9 @@
 """Paper 000 Table 1 report: Markdown layout, Pareto frontier, figures, and the table1 CLI path."""
 import json
+import re
 
 from fedjax_sim import run
-from fedjax_sim.report import pareto_front, plot_figures, table1_markdown
+from fedjax_sim.report import format_ratio, pareto_front, plot_figures, table1_markdown
 
 
 def fake_summary():
@@ -34,7 +35,36 @@ def test_table1_cli_writes_report(tmp_path, capsys):
   args = ["table1", "--out", str(out), "--set", "methods=local,fedavg", "--set", "data.num_centers=8",
           "--set", "data.total_stays=1600", "--set", "learner.hidden=8", "--rounds", "1", "--seeds", "1", "--quiet"]
   assert run.main(args) == 0
-  assert "| FedAvg |" in capsys.readouterr().out
+  printed = capsys.readouterr().out
+  assert "| FedAvg |" in printed
   for name in ("summary.json", "table1.md", "ranking.png", "pareto.png"):
     assert (out / name).is_file()
-  assert json.loads((out / "summary.json").read_text())["config"]["report"] == "table1"
+  summary = json.loads((out / "summary.json").read_text())
+  assert summary["config"]["report"] == "table1" and summary["schema_version"] == 2
+  fedavg = summary["methods"]["fedavg"]
+  assert fedavg["auroc_std"] is None and "ddof=1" in fedavg["std"]  # one seed: no sample std
+  assert f"Centers scored: {fedavg['centers_scored']} of {summary['federation']['clients']}" in printed
+  assert "| FedAvg | " in printed and " ± — |" in printed
+
+
+def test_format_ratio_significant_digits():
+  assert [format_ratio(v) for v in (None, float("nan"), 0.0, 0.0022, 0.00223456, 0.09, 0.0912, 0.1, 1.5, 2.0)] == \
+      ["—", "—", "0×", "0.0022×", "0.00223×", "0.09×", "0.0912×", "0.10×", "1.50×", "2.00×"]
+  assert format_ratio(1.23e-5) == "0.0000123×"  # no exponent
+
+
+def test_table1_markdown_valid_with_one_seed_and_scored_note(tmp_path):
+  summary = fake_summary()
+  for m in summary["methods"].values():
+    m.update(auroc_std=None, centers_scored=29, median_test_rows=6.0)
+  summary["methods"]["abps_x"]["bandwidth_ratio"] = 0.0022
+  summary["federation"] = {"clients": 30}
+  md = table1_markdown(summary)
+  rows = [line for line in md.splitlines() if line.startswith("|")]
+  pipes = [len(re.findall(r"(?<!\\)\|", line)) for line in rows]
+  assert len(rows) == 2 + 5 and set(pipes) == {9}, rows
+  assert "| ABPS-X | 0.760 ± — | 0.0022× |" in md and "| Local-only | 0.590 ± — | 0× |" in md
+  assert "sample std (ddof = 1)" in md
+  assert "Centers scored: 29 of 30 (a one-class test split has no AUROC); median test split of the scored " \
+         "centers 6 rows." in md
+  assert [p.name for p in plot_figures(summary, tmp_path)] == ["ranking.png", "pareto.png"]  # null std: no error bar

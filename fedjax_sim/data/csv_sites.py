@@ -4,8 +4,15 @@ A table with one row per example, a site column and a binary label column
 becomes one :class:`~fedjax_sim.data.cohorts.SiteCohort` per site. Numeric
 columns are parsed as floats, declared categorical columns are one-hot
 encoded, and nothing is imputed unless asked for: a missing value is an error
-that names the column. Splitting, standardization and dropping small sites
+that names the column. Columns can be left out (``drop_columns``: an index
+column, an identifier, a column that leaks the label) or chosen
+(``feature_columns``). Splitting, standardization and dropping small sites
 happen later (:mod:`fedjax_sim.data.federation`).
+
+From an experiment config these are the ``data.*`` keys (SPEC §2.2, issue 9):
+``data.site_column``, ``data.label_column``, ``data.categorical_columns``,
+``data.drop_columns``, ``data.feature_columns`` and ``data.impute``
+(:func:`fedjax_sim.experiment.load_cohorts`); the error messages name them.
 
 The small reading helpers here (:func:`open_text`, :func:`column_indices`) are
 shared with the MIMIC-IV loader (:mod:`fedjax_sim.data.mimic`).
@@ -16,6 +23,8 @@ import csv
 import gzip
 import io
 import os
+import shlex
+import warnings
 from typing import Optional, Sequence, TextIO
 
 import numpy as np
@@ -85,6 +94,11 @@ def _where(i: int, lines: Optional[Sequence[int]]) -> str:
   return f"row {i + 1}" + (f" (line {lines[i]})" if lines is not None else "")
 
 
+def _set(key: str, value: str) -> str:
+  """The ``--set KEY=VALUE`` option a message advises, quoted for a POSIX shell where needed."""
+  return f"--set {shlex.quote(f'{key}={value}')}"
+
+
 def _is_missing(value: str) -> bool:
   return value.strip().lower() in MISSING_TOKENS
 
@@ -113,7 +127,10 @@ def read_csv_table(path: str) -> tuple:
       header = next(reader, None)
       if header is None:
         raise DataError(f"{path} is empty: expected a header row with column names")
-      header = [h.strip() for h in header]
+      # Decision (issue 9): an empty header cell is named "Unnamed: j" (j = its 0-based position), as
+      # pandas names it on reading; ``df.to_csv(path)`` writes its index under an empty header, and a
+      # column needs a name to be dropped with ``data.drop_columns``.
+      header = [h.strip() or f"Unnamed: {j}" for j, h in enumerate(header)]
       rows, lines = [], []
       for row in reader:
         if not row:  # a blank line
@@ -202,7 +219,10 @@ def parse_numeric_column(values: Sequence[str], column: str, source: str, impute
     except ValueError:
       raise DataError(
           f"{source}: column {column!r} has the non-numeric value {raw!r} in {_where(i, lines)}; "
-          f"if the column is categorical, list it in categorical_columns=[{column!r}, ...]") from None
+          f"if the column is categorical, add it to data.categorical_columns ("
+          f"{_set('data.categorical_columns', column)}; "
+          f"categorical_columns=[{column!r}, ...] in Python), or leave it out by adding it to data.drop_columns "
+          f"({_set('data.drop_columns', column)})") from None
     if np.isnan(x[i]):
       missing[i] = True
     elif not np.isfinite(x[i]):
@@ -213,7 +233,9 @@ def parse_numeric_column(values: Sequence[str], column: str, source: str, impute
     if impute is None:
       raise DataError(
           f"{source}: column {column!r} has {int(missing.sum())} missing values (empty, 'NA' or 'nan'; "
-          f"the first in {_where(first, lines)}); fill or drop them, or pass impute='median'")
+          f"the first in {_where(first, lines)}); fill them, leave the column out by adding it to "
+          f"data.drop_columns ({_set('data.drop_columns', column)}) or impute the median (--set data.impute=median; "
+          "impute='median' in Python)")
     if present.size == 0:
       raise DataError(f"{source}: column {column!r} has no values at all, so there is no median to impute")
     x[missing] = np.median(present)
@@ -248,7 +270,9 @@ def one_hot_column(values: Sequence[str], column: str, source: str, impute: Opti
       raise DataError(
           f"{source}: categorical column {column!r} has {int(missing.sum())} missing values "
           f"(empty, 'NA' or 'nan'; the first in {_where(int(np.argmax(missing)), lines)}); "
-          "fill or drop them, or pass impute='median' (the most frequent value)")
+          f"fill them, leave the column out by adding it to data.drop_columns "
+          f"({_set('data.drop_columns', column)}) or impute the most "
+          "frequent value (--set data.impute=median; impute='median' in Python)")
     if not categories:
       raise DataError(f"{source}: categorical column {column!r} has no values at all")
     counts = [sum(1 for c, m in zip(cells, missing) if not m and c == cat) for cat in categories]
@@ -260,17 +284,35 @@ def one_hot_column(values: Sequence[str], column: str, source: str, impute: Opti
   return x, [f"{column}={cat}" for cat in categories]
 
 
-def _check_columns(header, site_column, label_column, categorical_columns, feature_columns, source) -> list:
-  """Validates the column arguments; returns the feature columns in order."""
+def _names(value, what: str) -> list:
+  """A list of column names (a single string is refused: it would be read letter by letter)."""
+  if isinstance(value, str):
+    raise DataError(f"{what} must be a list of column names, not one string ({value!r})")
+  return list(value)
+
+
+def _check_columns(header, site_column, label_column, categorical_columns, feature_columns, source,
+                   drop_columns=()) -> list:
+  """Validates the column arguments; returns the feature columns in order.
+
+  Every named column must exist in ``header`` (the error lists the available
+  ones); the site and label columns cannot be dropped, kept as features or
+  declared categorical; a dropped column cannot also be kept, and a dropped
+  column declared categorical is dropped.
+  """
   column_indices(header, [site_column, label_column], source)
   if site_column == label_column:
     raise DataError(f"{source}: site_column and label_column are both {site_column!r}; they must differ")
-  if isinstance(categorical_columns, str) or isinstance(feature_columns, str):
-    raise DataError("categorical_columns and feature_columns must be lists of column names, not one string")
+  categorical = _names(categorical_columns, "categorical_columns")
+  dropped = _names(drop_columns, "drop_columns")
+  column_indices(header, dropped, source)
+  for name in (site_column, label_column):
+    if name in dropped:
+      raise DataError(f"{source}: drop_columns contains {name!r}, which is the site or label column")
   if feature_columns is None:
-    features = [h for h in header if h not in (site_column, label_column)]
+    features = [h for h in header if h not in (site_column, label_column) and h not in dropped]
   else:
-    features = list(feature_columns)
+    features = _names(feature_columns, "feature_columns")
     column_indices(header, features, source)
     for name in (site_column, label_column):
       if name in features:
@@ -278,8 +320,13 @@ def _check_columns(header, site_column, label_column, categorical_columns, featu
     repeated = sorted({f for f in features if features.count(f) > 1})
     if repeated:
       raise DataError(f"{source}: feature_columns repeats {repeated}")
-  column_indices(header, list(categorical_columns), source)
-  for name in categorical_columns:
+    both = [f for f in features if f in dropped]
+    if both:
+      raise DataError(f"{source}: column(s) {both} are both kept (feature_columns) and dropped (drop_columns)")
+  column_indices(header, categorical, source)
+  for name in categorical:
+    if name in dropped:  # dropping wins: the advice "drop it" works whether or not it was declared categorical
+      continue
     if name not in features:
       raise DataError(
           f"{source}: categorical column {name!r} is not a feature column; feature columns: {features}")
@@ -289,18 +336,35 @@ def _check_columns(header, site_column, label_column, categorical_columns, featu
   return features
 
 
+def _warn_if_row_numbers(values: np.ndarray, column: str, source: str) -> None:
+  """Warns when a numeric feature column holds the row numbers 0..n-1 or 1..n in file order.
+
+  Decision (issue 9): such a column is almost surely an index written with the
+  table (pandas' ``to_csv`` writes one unless ``index=False``; R writes
+  ``rownames``), not a measurement: it tells the model where a row sits in the
+  file, which leaks how the file was sorted (by site, by outcome). It is kept
+  (the user decides) but named in a warning with the option that drops it.
+  """
+  n = len(values)
+  if n >= 3 and any(np.array_equal(values, np.arange(start, start + n, dtype=np.float64)) for start in (0, 1)):
+    warnings.warn(
+        f"{source}: column {column!r} holds the row numbers {int(values[0])}..{int(values[-1])}, most likely an "
+        f"index written with the table (pandas' to_csv writes one unless index=False), and is used as a "
+        f"feature; leave it out with {_set('data.drop_columns', column)}", stacklevel=3)
+
+
 def cohorts_from_table(header: Sequence[str], rows: Sequence[Sequence[str]], site_column: str,
                        label_column: str, categorical_columns: Sequence[str] = (),
                        feature_columns: Optional[Sequence[str]] = None, source: str = "the table",
                        description: Optional[str] = None, impute: Optional[str] = None,
-                       lines: Optional[Sequence[int]] = None) -> Cohorts:
+                       lines: Optional[Sequence[int]] = None, drop_columns: Sequence[str] = ()) -> Cohorts:
   """Turns a table of strings into :class:`Cohorts` (the work behind :func:`load_csv_sites`).
 
   Args:
     header: column names.
     rows: rows of string cells, one per column.
     site_column, label_column, categorical_columns, feature_columns,
-    description, impute: as in :func:`load_csv_sites`.
+    description, impute, drop_columns: as in :func:`load_csv_sites`.
     source: the table's name or path, for messages.
     lines: the file line of each row, for messages (optional).
 
@@ -309,7 +373,8 @@ def cohorts_from_table(header: Sequence[str], rows: Sequence[Sequence[str]], sit
   """
   if impute not in IMPUTE_CHOICES:
     raise DataError(f"impute must be one of {list(IMPUTE_CHOICES)}, got {impute!r}")
-  features = _check_columns(header, site_column, label_column, categorical_columns, feature_columns, source)
+  features = _check_columns(header, site_column, label_column, categorical_columns, feature_columns, source,
+                            drop_columns)
   if not rows:
     raise DataError(f"{source} has a header but no data rows")
   column = {name: j for j, name in enumerate(header)}
@@ -331,6 +396,7 @@ def cohorts_from_table(header: Sequence[str], rows: Sequence[Sequence[str]], sit
       continuous += [False] * len(block_names)
     else:
       values, is_continuous = parse_numeric_column(cells(name), name, source, impute, lines)
+      _warn_if_row_numbers(values, name, source)
       blocks.append(values[:, None])
       names.append(name)
       continuous.append(is_continuous)
@@ -346,7 +412,7 @@ def cohorts_from_table(header: Sequence[str], rows: Sequence[Sequence[str]], sit
 
 def load_csv_sites(path: str, site_column: str, label_column: str, categorical_columns: Sequence[str] = (),
                    feature_columns: Optional[Sequence[str]] = None, description: Optional[str] = None,
-                   impute: Optional[str] = None) -> Cohorts:
+                   impute: Optional[str] = None, drop_columns: Sequence[str] = ()) -> Cohorts:
   """Loads a multi-site CSV (or ``.csv.gz``) table as one cohort per site (SPEC §2.2).
 
   Numeric columns are parsed as floats and flagged continuous unless they only
@@ -354,29 +420,36 @@ def load_csv_sites(path: str, site_column: str, label_column: str, categorical_c
   ``col=value`` indicators (sorted values, not continuous). Missing cells
   (empty, ``NA``, ``nan``) are an error unless ``impute="median"``, which fills
   a numeric column with its median over the whole table and a categorical one
-  with its most frequent value.
+  with its most frequent value. An empty header cell names its column
+  ``"Unnamed: j"`` (j its 0-based position, as pandas reads it): the index that
+  ``DataFrame.to_csv(path)`` writes is ``"Unnamed: 0"``. A numeric feature that
+  holds the row numbers (0..n-1 or 1..n) gets a warning naming it.
 
   Args:
     path: the CSV file, with a header row.
     site_column: the column holding each row's site id.
     label_column: the binary label column (0/1, true/false or yes/no).
     categorical_columns: feature columns to one-hot encode.
-    feature_columns: the feature columns, in order (default: every column
-      except the site and label columns, in file order).
+    feature_columns: the feature columns to keep, in order (default: every
+      column except the site, label and dropped columns, in file order).
     description: a one-line description (default: built from the file name).
     impute: None or ``"median"`` (see above).
+    drop_columns: columns left out of the features (an index column, an
+      identifier, a column that leaks the label); each must exist.
 
   Returns:
     :class:`Cohorts` with raw features, one site per distinct site id in
     sorted order of the id string.
 
   Raises:
-    DataError: a missing file or column, a non-binary label, a non-numeric
-      value in a column not declared categorical, or a missing value.
+    DataError: a missing file or column (naming the available ones), a
+      non-binary label, a non-numeric value in a column not declared
+      categorical, a missing value, or contradictory column arguments.
   """
   header, rows, lines = read_csv_table(str(path))
   return cohorts_from_table(header, rows, site_column, label_column, categorical_columns, feature_columns,
-                            source=str(path), description=description, impute=impute, lines=lines)
+                            source=str(path), description=description, impute=impute, lines=lines,
+                            drop_columns=drop_columns)
 
 
 def load_medpar_cohorts() -> Cohorts:
