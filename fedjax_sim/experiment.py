@@ -4,8 +4,10 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import sys
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Iterator, Optional
 
 import jax
@@ -13,14 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sim.algorithms.base import Algorithm
-from fedjax_sim.algorithms.registry import build_method, build_model, hyper_from_config, preset
+from fedjax_sim.algorithms.registry import (build_method, build_model, check_federation, hyper_from_config,
+                                            preset)
 from fedjax_sim.config import ExperimentConfig, config_for_method
 from fedjax_sim.data.cohorts import Cohorts
-from fedjax_sim.data.federation import Federation, from_cohorts
+from fedjax_sim.data.federation import Federation, from_cohorts, scorable_centers
 from fedjax_sim.checkpoint import RunCheckpoints
 from fedjax_sim.engine.placement import make_placement
 from fedjax_sim.engine.simulate import Program, simulation_parts
-from fedjax_sim.errors import ConfigError, NumericalFault
+from fedjax_sim.errors import ConfigError, DataError, NumericalFault
 from fedjax_sim.metrics import fedavg_reference_bytes
 from fedjax_sim.models import Model, num_params
 from fedjax_sim.progress import Progress
@@ -28,7 +31,12 @@ from fedjax_sim.sweep import Sweep, point_configs, point_label, structural_confi
 
 
 def load_cohorts(data) -> Cohorts:
-  """The cohorts named by a :class:`~fedjax_sim.config.DataConfig` (nothing is downloaded)."""
+  """The cohorts named by a :class:`~fedjax_sim.config.DataConfig` (nothing is downloaded).
+
+  A CSV source passes ``data.categorical_columns``, ``data.feature_columns`` (empty: all),
+  ``data.drop_columns`` and ``data.impute`` (``"none"``: no imputation) to
+  :func:`~fedjax_sim.data.csv_sites.load_csv_sites`, which checks the columns against the file.
+  """
   if data.source == "synthetic":
     from fedjax_sim.data.clinical import synthetic_clinical
     cohorts = synthetic_clinical(seed=data.data_seed, num_centers=data.num_centers, total_stays=data.total_stays)
@@ -38,7 +46,10 @@ def load_cohorts(data) -> Cohorts:
   elif data.source == "csv":
     from fedjax_sim.data.csv_sites import load_csv_sites
     cohorts = load_csv_sites(data.path, data.site_column, data.label_column,
-                             categorical_columns=tuple(data.categorical_columns))
+                             categorical_columns=tuple(data.categorical_columns),
+                             feature_columns=tuple(data.feature_columns) or None,
+                             drop_columns=tuple(data.drop_columns),
+                             impute=None if data.impute == "none" else data.impute)
   else:  # validated earlier; kept for direct API use
     raise ConfigError(f"data.source must be synthetic, mimic or csv; got {data.source!r}")
   if data.partition != "natural":
@@ -59,7 +70,13 @@ def repartition(cohorts: Cohorts, data) -> Cohorts:
 
 
 def build_federation(config: ExperimentConfig, warn: Callable[[str], None] = print) -> Federation:
-  """Loads the data and stacks the federation; warnings (e.g. dropped sites) go to ``warn``."""
+  """Loads the data and stacks the federation; warnings (e.g. dropped sites) go to ``warn``.
+
+  Raises:
+    DataError: besides the loaders' errors, data no center can be scored on (issue 9): a label
+      with one value in every row, or no center with both classes in its test split (SPEC §3.1:
+      such a center's AUROC is undefined), so every AUROC would be undefined.
+  """
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     cohorts = load_cohorts(config.data)
@@ -67,7 +84,37 @@ def build_federation(config: ExperimentConfig, warn: Callable[[str], None] = pri
                        num_buckets=config.learner.num_buckets, min_rows=config.data.min_site_rows)
   for w in caught:
     warn(f"warning: {w.message}")
+  labels = np.concatenate([np.asarray(s.y, np.float64) for s in cohorts.sites])  # binary (validated)
+  if labels.min() == labels.max():
+    column = f" (data.label_column = {config.data.label_column!r})" if config.data.source == "csv" else ""
+    raise DataError(f"the label{column} is {labels[0]:g} in every one of the {len(labels)} rows: AUROC needs "
+                    f"both classes, so no center could be scored")
+  if not scorable_centers(fed).any():
+    raise DataError(f"no center can be scored: none of the {fed.num_clients} centers has both classes in its test "
+                    f"split ({int(np.asarray(fed.m_test).sum())} test rows in all), so every AUROC would be undefined; "
+                    f"merge small sites or raise data.min_site_rows")
   return fed
+
+
+def check_runnable(config: ExperimentConfig, federation: Federation, sweep: Sweep = Sweep()) -> None:
+  """Refuses, before anything compiles, a method or grid point that cannot run on ``federation``.
+
+  Each method states the smallest federation it needs
+  (:func:`fedjax_sim.algorithms.registry.check_federation`; issue 9): every
+  method of ``config``, under its preset, at every grid point of ``sweep``.
+
+  Raises:
+    ConfigError: naming the method, what it needs and, with a sweep, the grid point.
+  """
+  for name in config.methods:
+    points = point_configs(config_for_method(config, preset(name)), sweep)
+    for point, cfg in zip(sweep.points if sweep else [None], points):
+      try:
+        check_federation(name, cfg, federation.num_clients)
+      except ConfigError as e:
+        if point is None:
+          raise
+        raise ConfigError(f"{e} (--sweep grid point {point_label(point)})") from None
 
 
 def seed_keys(seeds) -> jax.Array:
@@ -210,6 +257,8 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
   """Builds ``name``'s algorithm and its program for all seeds × grid points, and places the inputs."""
   config = config_for_method(config, preset(name))
   points = point_configs(config, options.sweep)
+  for point in points:  # the smallest federation each grid point needs (issue 9)
+    check_federation(name, point, federation.num_clients)
   static = structural_config(config, options.sweep)
   algorithm, model = build_method(name, static, federation.num_features, federation.num_clients)
   fed = algorithm.prepare(federation)
@@ -382,24 +431,95 @@ def reference_rounds(config: ExperimentConfig, name: str) -> int:
   return config.reference_rounds or config.rounds
 
 
-def summarize_grid(name, points, sweep: Sweep, federation, model, algorithm, out):
+def summarize_grid(name, points, sweep: Sweep, federation, model, algorithm, out,
+                   warn: Optional[Callable[[str], None]] = None):
   """Summary entry of a method: as :func:`summarize` without a sweep; with one, a ``grid`` list of
   :func:`summarize` entries, each with its ``point`` (run ``g * S + s`` is point g, seed s)."""
   if not sweep:
-    return summarize(name, points[0], federation, model, algorithm, out)
+    return summarize(name, points[0], federation, model, algorithm, out, warn)
   s = len(points[0].seeds)
   grid, records = [], []
   for g, (point, cfg) in enumerate(zip(sweep.points, points)):
     part = jax.tree_util.tree_map(lambda a: a[g * s:(g + 1) * s], out)
-    entry, per_seed = summarize(name, cfg, federation, model, algorithm, part)
+    entry, per_seed = summarize(name, cfg, federation, model, algorithm, part, warn)
     grid.append({"point": point, **entry})
     records += [{"grid_point": g, "point": point, **r} for r in per_seed]
   return {"sweep": {"keys": list(sweep.keys), "values": [list(v) for v in sweep.values],
                     "points": len(grid)}, "grid": grid}, records
 
 
-def summarize(name, config, federation, model, algorithm, out):
-  """Turns device outputs ``[S, ...]`` into the summary entry and per-seed records."""
+# A scored center with fewer test rows than this gets a coarse AUROC; when most scored centers are
+# that small, :func:`summarize` warns (issue 9).
+SMALL_TEST_ROWS = 10
+# How the across-seed spread is computed; written into every method entry of summary.json.
+STD_KIND = "sample (ddof=1) across seeds; null with one seed"
+_WARNED = weakref.WeakValueDictionary()  # (id(federation), message) -> federation, for warn-once
+
+
+def _warn_once(federation, line: str) -> None:
+  """Prints ``line`` on stderr once per federation (every method of a run shares one federation)."""
+  try:
+    key = (id(federation), line)
+    if _WARNED.get(key) is federation:
+      return
+    _WARNED[key] = federation
+  except TypeError:  # an object without weak references: print every time
+    pass
+  print(line, file=sys.stderr, flush=True)
+
+
+def sample_std(values) -> float:
+  """Sample standard deviation (ddof = 1) of ``values``; NaN (null in summary.json) for fewer than two.
+
+  Decision (issue 9): papers' "mean ± std over seeds" is the sample std (paper 000 Table 1
+  reports ± over 5 seeds, SPEC §3.1), so ddof = 1. One seed has no spread to estimate: NaN,
+  written as null, rather than 0.0, which would read as "no variation".
+  """
+  values = np.asarray(values, np.float64)
+  return float(np.std(values, ddof=1)) if values.size > 1 else float("nan")
+
+
+def scored_centers_report(federation, test_auroc) -> dict:
+  """How many centers were scored and how big their test splits are (issue 9).
+
+  Args:
+    federation: the host federation (``m_test [C, T]`` marks each center's test rows).
+    test_auroc: ``[S, C]`` per-center test AUROC, NaN where undefined (a one-class test split).
+
+  Returns:
+    ``{"centers_scored", "median_test_rows", "small_test_centers"}``: centers with a defined
+    AUROC in every seed, the median test-split size over them (None if none), and how many of
+    them have fewer than :data:`SMALL_TEST_ROWS` test rows.
+  """
+  test_auroc = np.asarray(test_auroc, np.float64)
+  scored = ~np.isnan(test_auroc).any(axis=0)  # [C]
+  rows = np.asarray(federation.m_test).sum(axis=1)[scored]
+  return {"centers_scored": int(scored.sum()),
+          "median_test_rows": float(np.median(rows)) if rows.size else None,
+          "small_test_centers": int((rows < SMALL_TEST_ROWS).sum())}
+
+
+def small_test_warning(report: dict, num_clients: int) -> Optional[str]:
+  """The ``warning: ...`` line when most scored centers have fewer than :data:`SMALL_TEST_ROWS` test rows."""
+  scored, small = report["centers_scored"], report["small_test_centers"]
+  if scored == 0 or 2 * small <= scored:
+    return None
+  return (f"warning: {small} of the {scored} scored centers (of {num_clients}) have fewer than {SMALL_TEST_ROWS} "
+          f"test rows (median {report['median_test_rows']:g}); a per-center AUROC from so few rows is coarse and "
+          "the mean over centers is noisy. Larger sites (raise data.min_site_rows, or merge sites) give "
+          "steadier figures")
+
+
+def summarize(name, config, federation, model, algorithm, out, warn: Optional[Callable[[str], None]] = None):
+  """Turns device outputs ``[S, ...]`` into the summary entry and per-seed records.
+
+  The entry holds the mean and the sample std (ddof = 1, :func:`sample_std`) over seeds,
+  the bandwidth ratio (SPEC §3.4; null only for a method that is not federated, i.e.
+  Centralized; Local-only exchanges nothing: 0 bytes, ratio 0.0), and how many centers were
+  scored with how many test rows (:func:`scored_centers_report`). When most scored centers have
+  fewer than :data:`SMALL_TEST_ROWS` test rows, ``warn`` gets one ``warning: ...`` line
+  (default: stderr, once per federation).
+  """
   test = np.asarray(out.test_auroc, np.float64)  # [S, C]
   m = out.history.metrics
   bytes_ = np.asarray(m.bytes, np.float64).sum(axis=1)  # [S]
@@ -429,16 +549,22 @@ def summarize(name, config, federation, model, algorithm, out):
         "test_auroc_per_center": [None if np.isnan(v) else float(v) for v in test[s]],
     })
   aurocs = np.array([r["auroc"] for r in per_seed])
+  split = scored_centers_report(federation, test)
+  line = small_test_warning(split, federation.num_clients)
+  if line is not None:
+    (warn or (lambda m: _warn_once(federation, m)))(line)
   summary = {
       "seeds": [int(s) for s in config.seeds],
       "auroc_mean": float(np.mean(aurocs)),
-      "auroc_std": float(np.std(aurocs)),
+      "auroc_std": sample_std(aurocs),
+      "std": STD_KIND,
       "bandwidth_ratio": float(np.mean([r["bandwidth_ratio"] for r in per_seed])) if algorithm.federated else None,
       "bytes": float(np.mean(bytes_)) if algorithm.federated else None,
       "rest_fraction": float(np.mean([r["rest_fraction"] for r in per_seed])),
       "mean_partners": float(np.mean([r["mean_partners"] for r in per_seed])),
       "rounds_run": int(np.max([r["rounds_run"] for r in per_seed])),
       "excluded_centers": int(max(r["excluded_centers"] for r in per_seed)),
+      **split,
       "bandwidth_reference": {"rounds": r_ref, "bytes": ref, "params": p},
       "per_seed": [{k: v for k, v in r.items() if k not in ("val_auroc_curve", "test_auroc_per_center")}
                    for r in per_seed],

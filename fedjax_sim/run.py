@@ -22,7 +22,9 @@ import time
 from fedjax_sim.config import ConfigError, available_experiments, load_experiment, valid_keys
 from fedjax_sim.errors import FedjaxSimError
 
-SCHEMA_VERSION = 1
+# 2 (issue 9): auroc_std is the sample std (ddof = 1; null with one seed, named by each method's "std"), and
+# methods gain centers_scored, median_test_rows and small_test_centers. 1: auroc_std was np.std (ddof = 0).
+SCHEMA_VERSION = 2
 
 
 def parse_args(argv):
@@ -70,6 +72,35 @@ def _int_flag(flag: str, value, minimum: int = 1):
   return v
 
 
+def check_writable(path, flag: str) -> None:
+  """Refuses an output folder that cannot be created and written, before anything runs (issue 9).
+
+  The results are written at the end of a run (``write_outputs`` stages them in
+  ``path``'s parent, creating missing folders), so this checks now, leaving
+  nothing behind: ``path`` must be a folder if it exists, the nearest existing
+  ancestor of its parent must be a folder (not a file), and a probe file must
+  be creatable (then removed) there and in ``path`` itself when it exists.
+
+  Raises:
+    ConfigError: naming ``flag``, the path and why.
+  """
+  path = pathlib.Path(path)
+  if path.exists() and not path.is_dir():
+    raise ConfigError(f"{flag} {path}: exists and is not a folder")
+  ancestor = path.absolute().parent
+  while not ancestor.exists() and ancestor != ancestor.parent:  # what will be created with mkdir(parents=True)
+    ancestor = ancestor.parent
+  if not ancestor.is_dir():
+    raise ConfigError(f"{flag} {path}: cannot create it, {ancestor} is a file, not a folder")
+  for folder in [ancestor] + ([path] if path.exists() else []):
+    try:
+      fd, probe = tempfile.mkstemp(prefix=".fedjax_sim-write-check-", dir=folder)
+      os.close(fd)
+      os.remove(probe)
+    except OSError as e:
+      raise ConfigError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e})") from None
+
+
 def overrides_from_args(args) -> dict:
   out = {}
   for item in args.sets:
@@ -85,22 +116,36 @@ def overrides_from_args(args) -> dict:
 
 
 def _fmt(v, spec):
+  """``format(v, spec)``, or ``"—"`` for None / NaN."""
   return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
+RESULTS_COLUMNS = ("method", "AUROC (mean ± std)", "bandwidth ratio", "rest fraction", "E|P_i|",
+                   "centers scored", "median test rows", "compile s", "run s")
+
+
 def results_table(summary: dict) -> str:
-  """A Markdown table of the methods in ``summary`` (one row per grid point of a sweep)."""
-  rows = ["| method | AUROC (mean ± std) | bandwidth ratio | rest fraction | E|P_i| | excluded | compile s | run s |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  """A Markdown table of the methods in ``summary`` (one row per grid point of a sweep).
+
+  Every cell is escaped (``E\\|P_i\\|``), so each row has the header's columns; ± is the sample
+  std over seeds ("—" with one seed); the bandwidth ratio keeps three significant digits below 0.1
+  (:func:`fedjax_sim.report.format_ratio`); "centers scored" is scored / clients, with the median
+  test-split size of the scored centers beside it (issue 9).
+  """
+  from fedjax_sim.report import format_mean_std, format_ratio, markdown_cell
   from fedjax_sim.sweep import point_label
+  row = lambda cells: "| " + " | ".join(markdown_cell(c) for c in cells) + " |"  # noqa: E731
+  rows = [row(RESULTS_COLUMNS), row(["---"] * len(RESULTS_COLUMNS))]
+  clients = summary.get("federation", {}).get("clients")
   for name, m in summary["methods"].items():
     timing = m["timing"]
     entries = [(name, m)] if "grid" not in m else [(f"{name} [{point_label(e['point'])}]", e) for e in m["grid"]]
     for label, e in entries:
-      rows.append(
-          f"| {label} | {e['auroc_mean']:.3f} ± {e['auroc_std']:.3f} | {_fmt(e['bandwidth_ratio'], '.2f')}× "
-          f"| {e['rest_fraction']:.2f} | {e['mean_partners']:.2f} | {e['excluded_centers']} "
-          f"| {timing['compile_s']:.1f} | {timing['run_s']:.1f} |")
+      scored = _fmt(e.get("centers_scored"), "d") + (f"/{clients}" if clients is not None else "")
+      rows.append(row([label, format_mean_std(e["auroc_mean"], e["auroc_std"]), format_ratio(e["bandwidth_ratio"]),
+                       f"{e['rest_fraction']:.2f}", f"{e['mean_partners']:.2f}", scored,
+                       _fmt(e.get("median_test_rows"), "g"), f"{timing['compile_s']:.1f}",
+                       f"{timing['run_s']:.1f}"]))
   return "\n".join(rows)
 
 
@@ -212,7 +257,7 @@ def main(argv=None) -> int:
       jax.distributed.initialize()
 
     from fedjax_sim.checkpoint import RunCheckpoints
-    from fedjax_sim.experiment import RunOptions, build_federation, run_methods
+    from fedjax_sim.experiment import RunOptions, build_federation, check_runnable, run_methods
     from fedjax_sim.progress import wanted
     from fedjax_sim.algorithms.registry import preset
     from fedjax_sim.config import config_for_method
@@ -221,9 +266,11 @@ def main(argv=None) -> int:
     for name in config.methods:  # every grid point of every method is valid before anything is written
       point_configs(config_for_method(config, preset(name)), sweep)
     make_placement(1, 1, devices)  # the device count is available
+    check_writable(out_dir, "--out")  # before anything is built, compiled or written (issue 9)
     ckpt = None
     if every:
       ckpt = RunCheckpoints(args.checkpoint_dir or out_dir / "checkpoints")
+      check_writable(ckpt.dir, "--resume" if args.resume is not None else "--checkpoint-dir")
       if args.resume is None:
         if (ckpt.dir / "run.json").exists():
           raise ConfigError(f"{ckpt.dir} already holds a checkpointed run; continue it with --resume {ckpt.dir} "
@@ -231,11 +278,6 @@ def main(argv=None) -> int:
         if ckpt.dir.exists() and any(ckpt.dir.iterdir()):
           raise ConfigError(f"{ckpt.dir} exists and is not empty; checkpoints need a directory of their own "
                             f"(choose another --checkpoint-dir / --out)")
-        _barrier("fedjax_sim checkpoint dir checked")
-        if jax.process_index() == 0:
-          args.devices = str(devices or jax.device_count())  # a resumed run must lay out the same runs
-          args.out = str(out_dir.resolve())  # a resumed run writes where this one would have
-          ckpt.write_manifest(_invocation(args))
     options = RunOptions(sweep=sweep, devices=devices, checkpoint_every=every or 0, checkpoints=ckpt,
                          progress=wanted(args.quiet))
     grid = f"; sweep {len(sweep.points)} grid points ({' × '.join(sweep.keys)})" if sweep else ""
@@ -243,11 +285,18 @@ def main(argv=None) -> int:
         f"seeds {', '.join(map(str, config.seeds))}{grid}; backend {jax.default_backend()} "
         f"({jax.device_count()} × {jax.devices()[0].device_kind})")
     t0 = time.perf_counter()
-    federation = build_federation(config, warn=lambda m: print(m, file=sys.stderr))
+    federation = build_federation(config, warn=lambda m: print(m, file=sys.stderr))  # refuses unscorable data
+    check_runnable(config, federation, sweep)  # each method's (and grid point's) smallest federation, κ
     log(f"[fedjax_sim] federation: {federation.num_clients} clients, {federation.num_features} features, "
         f"{int(federation.n_train.sum())} train rows, {len(federation.buckets)} size buckets "
         f"(padded/useful steps {federation.padded_step_ratio(config.learner.batch_size):.2f}); "
         f"built in {time.perf_counter() - t0:.1f} s")
+    if ckpt is not None and args.resume is None:  # the first thing written: every input has been checked
+      _barrier("fedjax_sim checkpoint dir checked")
+      if jax.process_index() == 0:
+        args.devices = str(devices or jax.device_count())  # a resumed run must lay out the same runs
+        args.out = str(out_dir.resolve())  # a resumed run writes where this one would have
+        ckpt.write_manifest(_invocation(args))
     if ckpt is not None:
       log(f"[fedjax_sim] checkpoints every {every} rounds in {ckpt.dir} (continue with --resume {ckpt.dir})")
     methods, per_seed = {}, {}
@@ -263,7 +312,9 @@ def main(argv=None) -> int:
     for run in run_methods(pending, config, federation, options, workers):
       name = run.name
       what = f"{len(config.seeds)} seeds" + (f" × {len(sweep.points)} grid points" if sweep else "")
-      head = (f"AUROC {run.summary['auroc_mean']:.4f} ± {run.summary['auroc_std']:.4f}; " if not sweep else "")
+      std = run.summary["auroc_std"]  # NaN with one seed (sample std)
+      spread = f" ± {std:.4f}" if std == std else " (one seed)"
+      head = f"AUROC {run.summary['auroc_mean']:.4f}{spread}; " if not sweep else ""
       log(f"[fedjax_sim] {name}: {head}{what} in one compiled "
           f"{'chunk program' if every else 'call'} ({run.traces} trace); "
           f"compile {run.compile_s:.1f} s, run {run.run_s:.2f} s "

@@ -59,7 +59,7 @@ def test_csv_source_runs_local(tmp_path):
     (["fedavg", "--set", "learner.batch_size=0"], "learner.batch_size must be a positive integer"),
     (["fedavg", "--set", "learner.learning_rate=-0.1"], "learner.learning_rate must be positive"),
     (["fedavg", "--rounds", "0"], "rounds must be a positive integer"),
-    (["fedavg", "--rounds", "abc"], "rounds: expected int"),
+    (["fedavg", "--rounds", "abc"], "rounds: expected an integer, got 'abc'"),
     (["fedavg", "--set", "rounds"], "--set expects KEY=VALUE"),
     (["fedavg", "--compile-workers", "-1"], "--compile-workers must be a non-negative integer, got '-1'"),
     (["fedavg", "--set", "methods=fedavg,bogus"], "unknown method 'bogus'; choose from: local, centralized"),
@@ -81,13 +81,21 @@ def test_bad_input_one_message_exit_2_no_output(tmp_path, capsys, args, message)
 def test_bad_csv_columns_and_labels(tmp_path, capsys):
   path = tmp_path / "t.csv"
   path.write_text("site,x,label\nA,1.0,0\nA,2.0,2\n")
-  base = ["fedavg", "--out", str(tmp_path / "o"), "--set", "data.source=csv", "--set", f"data.path={path}",
+  base = ["fedavg", "--quiet", "--out", str(tmp_path / "o"), "--set", "data.source=csv", "--set", f"data.path={path}",
           "--set", "data.site_column=site"]
+
+  def error_line():
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, errors
+    return errors[0]
+
   assert run.main(base + ["--set", "data.label_column=died"]) == 2
-  assert "died" in capsys.readouterr().err
+  assert error_line().startswith(f"error: {path}: column 'died' not found; available columns: 'site', 'x', 'label'")
   assert run.main(base + ["--set", "data.label_column=label"]) == 2
-  assert "binary" in capsys.readouterr().err
+  line = error_line()
+  assert line.startswith(f"error: {path}: the label column 'label' must be binary") and "'2'" in line
   path.write_text("site,x,label\nA,nan,0\nA,2.0,1\n")
   assert run.main(base + ["--set", "data.label_column=label"]) == 2
-  assert "x" in capsys.readouterr().err
-  assert not (tmp_path / "o" / "summary.json").exists()
+  line = error_line()  # names the column with the missing value, and where it is
+  assert line.startswith(f"error: {path}: column 'x' has 1 missing value") and "row 1 (line 2)" in line, line
+  assert not (tmp_path / "o").exists()

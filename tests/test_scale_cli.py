@@ -52,7 +52,6 @@ def test_sweep_kappa_epsilon_is_one_program_with_a_grid_entry_per_point(tmp_path
     ("nonsense=1,2", "unknown key"),
     ("kappa=0,1", "abps.kappa must be ≥ 1"),
     ("mu=0.1,0.2", "ambiguous"),
-    ("kappa=2,6", "truncated Monte Carlo"),
     ("kappa", "expects KEY=V1,V2"),
 ])
 def test_bad_sweeps_get_one_message_and_exit_2(tmp_path, capsys, item, needle):
@@ -131,10 +130,13 @@ def test_nonfinite_parameters_stop_the_run_naming_round_method_and_center(tmp_pa
   assert (out / "checkpoints" / "fedavg" / "2").is_dir()
 
 
-def test_nonfinite_local_loss_names_the_first_center(tmp_path, capsys):
+def test_nonfinite_local_loss_names_the_first_center(tmp_path, capsys, monkeypatch):
+  # learner.learning_rate is refused above 10 (issue 9), so the traced step size is raised past validation.
+  real = experiment.hyper_from_config
+  monkeypatch.setattr(experiment, "hyper_from_config", lambda c: real(c).replace(
+      learner=real(c).learner.replace(learning_rate=jnp.float32(1e38))))
   out = tmp_path / "lr"
-  code = run.main(["local", "--rounds", "2", "--seeds", "1", "--set", "learner.learning_rate=1e38",
-                   "--out", str(out)] + TINY)
+  code = run.main(["local", "--rounds", "2", "--seeds", "1", "--out", str(out)] + TINY)
   err = capsys.readouterr().err
   assert code == 3 and "in round 1 of method local (seed 1)" in err
   assert re.search(r"first affected center: \d+ \('[^']+'\)", err)

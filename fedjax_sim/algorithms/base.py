@@ -74,6 +74,22 @@ def nonfinite_client(loss: jax.Array, params=None) -> jax.Array:
   return jnp.where(jnp.any(bad), jnp.argmax(bad) + 1, 0).astype(jnp.int32)
 
 
+def require_federation(name: str, num_clients: int) -> None:
+  """Refuses a federation of fewer than 2 centers for method ``name`` (issue 9).
+
+  Decision: a federation of one center is not a federation; a row run on it would
+  report one center's AUROC, from a handful of test rows, as the mean over centers
+  (a star's average of one model is Local-only under another name).
+
+  Raises:
+    ConfigError: ``num_clients`` < 2.
+  """
+  if num_clients < 2:
+    from fedjax_sim.errors import ConfigError
+    raise ConfigError(f"{name} needs a federation of at least 2 centers, but this one has {num_clients} "
+                      f"(a federation of one center is not a federation)")
+
+
 def weighted_average(stacked, weights: jax.Array):
   """Σ_i w_i θ_i / Σ_i w_i over the leading client axis (FedAvg's n-weighted mean, McMahan et al. 2017)."""
   w = weights.astype(jnp.float32)

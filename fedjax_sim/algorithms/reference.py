@@ -5,7 +5,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients, nonfinite_client
+from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_client,
+                                        require_federation)
 from fedjax_sim.data.federation import pooled
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.models import Model
@@ -58,3 +59,17 @@ def centralized(model: Model, client_update) -> Algorithm:
 
   return Algorithm(name="centralized", init=init, round=round_fn, deployed=lambda s: (s.params, False),
                    prepare=pooled, federated=False)
+
+
+def check_federation(name: str, config, num_clients: int) -> None:
+  """Refuses a federation too small for Local-only or Centralized: they need at least 2 centers.
+
+  Decision (issue 9): a federation of one center is not a federation; its row
+  would report one center's AUROC, from a handful of test rows, as the mean over
+  centers.
+
+  Raises:
+    ConfigError: ``num_clients`` < 2.
+  """
+  del config  # no setting changes the minimum
+  require_federation(name, num_clients)

@@ -6,6 +6,8 @@ from flax import struct
 
 from fedjax_sim.algorithms import decentralized, reference, star
 from fedjax_sim.algorithms.wpfed import wpfed
+from fedjax_sim.algorithms import wpfed as wpfed_module
+from fedjax_sim.algorithms.abps import algorithm as abps_module
 from fedjax_sim.algorithms.abps.algorithm import ABPSStatic, abps
 from fedjax_sim.algorithms.base import Algorithm
 from fedjax_sim.engine.local import LearnerHyper, make_client_update
@@ -99,6 +101,23 @@ METHODS = tuple(_FACTORIES) + tuple(GRAPH_METHODS) + tuple(ABPS_PRESETS) + tuple
 """Every runnable method name."""
 
 
+_REQUIREMENTS = {
+    **{name: reference.check_federation for name in ("local", "centralized")},
+    **{name: star.check_federation for name in ("fedavg", "fedprox", "feddyn", "moon", "bnn_fl")},
+    **{name: star.check_federation for name in FEDAVG_PRESETS},
+    **{name: decentralized.check_federation for name in GRAPH_METHODS},
+    "wpfed": wpfed_module.check_federation,
+    **{name: abps_module.check_federation for name in ABPS_PRESETS},
+}
+"""Method name → its module's ``check_federation(name, config, num_clients)``: the smallest federation it runs on."""
+
+
+def check_federation(name: str, config, num_clients: int) -> None:
+  """Raises :class:`ConfigError` when method ``name`` under ``config`` (its preset applied) cannot run on a
+  federation of ``num_clients`` centers, naming what it needs (issue 9): checked before anything compiles."""
+  _REQUIREMENTS[name](name, config, num_clients)
+
+
 def preset(name: str) -> dict:
   """Config overrides that define method ``name`` (empty for methods without a preset)."""
   return {**ABPS_PRESETS, **FEDAVG_PRESETS}.get(name, {})
@@ -124,7 +143,8 @@ def build_method(name: str, config, num_features: int, num_clients: int = 0):
                         pool_size=a.pool_size,
                         head_layers=a.head_layers, wire_bf16=a.wire == "bf16",
                         early_stopping_patience=a.early_stopping_patience,
-                        exact_shapley_max=a.exact_shapley_max, tmc_permutations=a.tmc_permutations)
+                        exact_shapley_max=a.exact_shapley_max, tmc_permutations=a.tmc_permutations,
+                        momentum=a.momentum > 0)
     return abps(model, client_update, static, name=name), model
   if name in GRAPH_METHODS:
     adj = decentralized.random_regular_graph(num_clients, config.graph.degree, config.graph.graph_seed)

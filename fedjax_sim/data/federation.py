@@ -240,6 +240,25 @@ def _named(names: Sequence[str], shown: int = 20) -> str:
   return f"{', '.join(names[:shown])}, … and {len(names) - shown} more"
 
 
+def dropped_sites_message(cohorts: Cohorts, min_rows: int) -> str:
+  """The warning for sites with fewer than ``min_rows`` rows, naming them.
+
+  When they are most of the data (more than half of the sites; issue 9), it says
+  so plainly, with how many sites and rows are left. More than half of the rows
+  cannot go with half of the sites or fewer: every dropped site is smaller than
+  every kept one.
+  """
+  sizes = np.array([len(s.y) for s in cohorts.sites], np.int64)
+  small = sizes < min_rows
+  names = [s.name for s, drop in zip(cohorts.sites, small) if drop]
+  head = f"dropped {int(small.sum())} site(s) with fewer than {min_rows} rows"
+  rows, left = int(sizes.sum()), int(sizes[~small].sum())
+  if 2 * small.sum() > len(sizes):
+    head += (f"; that is most of the data: only {int((~small).sum())} of {len(sizes)} sites and {left:,} of "
+             f"{rows:,} rows are left (lower data.min_site_rows to keep more). Dropped")
+  return f"{head}: {_named(names)}"
+
+
 def split_and_standardize(cohorts: Cohorts, seed: int, split=(0.7, 0.15, 0.15),
                           min_rows: int = 20) -> HostSplits:
   """Validates, drops small sites (with a warning naming them), splits and standardizes.
@@ -264,8 +283,7 @@ def split_and_standardize(cohorts: Cohorts, seed: int, split=(0.7, 0.15, 0.15),
   kept = [s for s in cohorts.sites if len(s.y) >= min_rows]
   dropped = [s.name for s in cohorts.sites if len(s.y) < min_rows]
   if dropped:
-    warnings.warn(f"dropped {len(dropped)} site(s) with fewer than {min_rows} rows: {_named(dropped)}",
-                  stacklevel=2)
+    warnings.warn(dropped_sites_message(cohorts, min_rows), stacklevel=2)
   if not kept:
     raise DataError(f"no site has at least {min_rows} rows (min_site_rows); lower it or merge sites")
   rng = np.random.default_rng(seed)
@@ -352,6 +370,12 @@ def from_cohorts(cohorts: Cohorts, *, seed: int = 0, batch_size: int = 128, num_
   """
   host = split_and_standardize(cohorts, seed, split, min_rows)
   return stack_splits(host, cohorts.feature_names, batch_size, num_buckets)
+
+
+def scorable_centers(federation: Federation) -> np.ndarray:
+  """``[C]`` bool: the center's test split holds both labels, so its test AUROC is defined (SPEC §3.1)."""
+  y, m = np.asarray(federation.y_test), np.asarray(federation.m_test)
+  return (m & (y > 0.5)).any(axis=1) & (m & (y < 0.5)).any(axis=1)
 
 
 def pooled(federation: Federation) -> Federation:
