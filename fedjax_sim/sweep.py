@@ -12,8 +12,14 @@ Settings that change array shapes or program structure (model widths, rounds,
 κ (``abps.kappa``) is traced but bounded by a static slot count: a sweep over κ
 compiles ABPS with ``kappa_max`` = the largest swept κ; smaller κ leave the
 extra slots empty (null players in the Shapley credit, so exact Shapley values
-are unchanged). A κ grid may not straddle ``abps.exact_shapley_max``: that
-would silently move the small-κ points to truncated Monte Carlo Shapley.
+are unchanged). A κ grid may straddle ``abps.exact_shapley_max``: exact or
+truncated Monte Carlo Shapley is chosen per center on |P_i| (SPEC §3.2 step 7;
+:func:`fedjax_sim.algorithms.abps.shapley.credit_coalitions`), so a grid point
+with κ ≤ ``abps.exact_shapley_max`` credits every center exactly whatever the
+largest swept κ. β (``abps.momentum``) is traced too, but whether ABPS has a
+momentum stage at all is static: a grid whose largest β is above 0 builds it
+for every point (at β = 0 the stage is the same rule, the arithmetic differs
+in rounding only; :func:`fedjax_sim.algorithms.abps.algorithm.abps`).
 """
 from __future__ import annotations
 
@@ -47,7 +53,7 @@ SWEEPABLE = {
 """Every sweepable key: exactly the config fields :func:`~fedjax_sim.algorithms.registry.hyper_from_config` reads."""
 
 # Keys with a static upper bound: the program is built for the largest swept value.
-STATIC_MAX = ("abps.kappa",)
+STATIC_MAX = ("abps.kappa", "abps.momentum")  # momentum: the stage is built in when the largest β > 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,12 +133,6 @@ def parse_sweep(items: Sequence[str], config: ExperimentConfig) -> Sweep:
       coerced.append(getattr(getattr(checked, section), field))
     if len(set(coerced)) != len(coerced):
       raise ConfigError(f"--sweep {key}: repeated values {vals}")
-    limit = config.abps.exact_shapley_max
-    if key == "abps.kappa" and min(coerced) <= limit < max(coerced):
-      raise ConfigError(
-          f"--sweep abps.kappa={raw_vals.strip()}: the program is built for the largest κ, and κ > "
-          f"abps.exact_shapley_max = {limit} switches every grid point to truncated Monte Carlo Shapley; "
-          f"sweep κ ≤ {limit} and κ > {limit} as separate runs")
     keys.append(key)
     values.append(tuple(coerced))
   return Sweep(keys=tuple(keys), values=tuple(values))

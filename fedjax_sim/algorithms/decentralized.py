@@ -15,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients, nonfinite_client
+from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_client,
+                                        require_federation)
 from fedjax_sim.engine.local import bce_with_logits, local_train
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.metrics import p2p_round_bytes
@@ -64,10 +65,11 @@ def mix(weights: jax.Array, stacked):
 @struct.dataclass
 class GraphState:
   params: Any  # [C, ...] each center's model
-  trust: jax.Array  # [C, C] DeFTA trust of i in neighbor j (unused by DeceFL)
+  trust: jax.Array  # [C, C] DeFTA trust τ_ij of i in neighbor j, τ_ii in itself; 0 off the graph (unused by DeceFL)
 
 
-def _graph_algorithm(name, model, client_update, adj, post) -> Algorithm:
+def _graph_algorithm(name, model, client_update, adj, post, trust0=None) -> Algorithm:
+  """Local training, then ``post``; ``trust0`` is the initial ``[C, C]`` trust (default: the adjacency)."""
   adj = jnp.asarray(adj)
   edges = float(np.asarray(adj).sum() / 2)
   sent = num_params(jax.eval_shape(model.init, jax.random.key(0)))
@@ -76,7 +78,8 @@ def _graph_algorithm(name, model, client_update, adj, post) -> Algorithm:
     if adj.shape[0] != federation.num_clients:
       raise ConfigError(f"graph has {adj.shape[0]} nodes but the federation {federation.num_clients} centers")
     c = federation.num_clients
-    return GraphState(params=broadcast_clients(model.init(key), c), trust=jnp.asarray(adj, jnp.float32))
+    return GraphState(params=broadcast_clients(model.init(key), c),
+                      trust=jnp.asarray(adj if trust0 is None else trust0, jnp.float32))
 
   def round_fn(key, state, federation, hyper, t):
     res = local_train(client_update, key, state.params, federation, hyper=hyper, learner=hyper.learner)
@@ -108,8 +111,12 @@ def defta(model: Model, client_update, adj: np.ndarray) -> Algorithm:
   Decision (SPEC §3.3 gives the rule, not the constants): after local training,
   receiver i scores each neighbor j's model by its mean BCE ℓ_ij on i's
   validation split; trust τ_ij ← ρ τ_ij + (1 − ρ) exp(−ℓ_ij) with ρ = ``hyper.defta_decay``
-  (initial trust 1), and θ_i ← Σ_{j ∈ {i} ∪ N(i)} ω_ij θ_j with ω_ij ∝ n_j τ_ij
-  (τ_ii = exp(−ℓ_ii), updated the same way: a center trusts itself by its own loss).
+  (initial trust 1), and θ_i ← Σ_{j ∈ {i} ∪ N(i)} ω_ij θ_j with ω_ij ∝ n_j τ_ij.
+  Self-trust τ_ii is updated the same way from ℓ_ii, i's own model's loss, and is
+  carried across rounds like every other trust (decision, issue 9 item 11: SPEC
+  names one trust rule for the weights, so the self-weight is an EMA too; it used
+  to restart from 1 every round, which weighted a center's own model by
+  ρ + (1 − ρ)·exp(−ℓ_ii) whatever its history).
   """
   a = jnp.asarray(adj)
   eye = jnp.eye(adj.shape[0], dtype=bool)
@@ -133,9 +140,29 @@ def defta(model: Model, client_update, adj: np.ndarray) -> Algorithm:
     rows = jnp.arange(adj.shape[0])[:, None]
     loss = jnp.zeros(a.shape).at[rows, slots].set(jnp.where(slot_ok, val_losses(local, federation), 0.0))
     rho = hyper.defta_decay
-    trust = jnp.where(a | eye, rho * jnp.where(eye, 1.0, state.trust) + (1 - rho) * jnp.exp(-loss), 0.0)
+    trust = jnp.where(a | eye, rho * state.trust + (1 - rho) * jnp.exp(-loss), 0.0)
     w = trust * federation.n_train[None, :].astype(jnp.float32)
     w = w / jnp.sum(w, axis=1, keepdims=True)
-    return state.replace(params=mix(w, local), trust=jnp.where(eye, 0.0, trust))
+    return state.replace(params=mix(w, local), trust=trust)
 
-  return _graph_algorithm("defta", model, client_update, adj, post)
+  trust0 = np.asarray(adj) | np.eye(adj.shape[0], dtype=bool)  # initial trust 1 in every neighbor and in oneself
+  return _graph_algorithm("defta", model, client_update, adj, post, trust0=trust0)
+
+
+def check_federation(name: str, config, num_clients: int) -> None:
+  """Refuses a federation without a ``graph.degree``-regular graph (DeceFL, DeFTA; SPEC §3.3).
+
+  A simple d-regular graph on C nodes exists iff d < C and C·d is even, so the
+  smallest federation is d + 1 centers, and C must be even when d is odd.
+
+  Raises:
+    ConfigError: no such graph, naming the nearest degree that fits.
+  """
+  d, c = config.graph.degree, num_clients
+  require_federation(name, c)
+  if d >= c or (c * d) % 2:
+    parity = " and an even number of them (the degree is odd)" if d % 2 else ""
+    fits = min((x for x in range(1, c) if (c * x) % 2 == 0), key=lambda x: (abs(x - d), x))  # c ≥ 2: never empty
+    raise ConfigError(f"{name} runs on a random {d}-regular peer graph (graph.degree = {d}), which needs at least "
+                      f"{d + 1} centers{parity}; the federation has {c}. Set graph.degree = {fits} (the nearest "
+                      f"degree that fits)")

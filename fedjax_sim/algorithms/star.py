@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, tree_sub,
-                                        nonfinite_client, tree_vdot, weighted_average)
+                                        nonfinite_client, require_federation, tree_vdot, weighted_average)
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.metrics import mean_defined, star_round_bytes
 from fedjax_sim.models import Model, num_params
@@ -57,13 +57,13 @@ def moon_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
   """MOON model-contrastive loss μ·ℓ_con (Li, He & Song 2021, eq. 3) on the 64-d representation.
 
   ℓ_con = −log( e^{sim(z, z_glob)/τ} / (e^{sim(z, z_glob)/τ} + e^{sim(z, z_prev)/τ}) ), sim = cosine,
-  z from the model being trained (with its dropout mask for this batch), z_glob
-  from the round's global model, z_prev from this client's previous local model;
-  the two fixed models run without dropout (decision: SPEC is silent).
-  SPEC §3.3: μ = 1, τ = 0.5.
+  z from the model being trained in the same forward pass as the supervised loss
+  (``rng`` is that pass's dropout key, so the mask is the same and XLA can share the
+  pass; Li et al. compute logits and z in one pass), z_glob from the round's global
+  model, z_prev from this client's previous local model; the two fixed models run
+  without dropout (decision: SPEC is silent). SPEC §3.3: μ = 1, τ = 0.5.
   """
-  k_drop = rng
-  _, z = apply_fn(params, x, True, k_drop)
+  _, z = apply_fn(params, x, True, rng)
   _, z_glob = apply_fn(shared, x, False, None)
   _, z_prev = apply_fn(own, x, False, None)
   z_glob = jax.lax.stop_gradient(z_glob)
@@ -185,6 +185,15 @@ def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_b
   and each client keeps its head. FedAvg+P+Q: 1 head layer, bf16. FedAvg-X: 2 head
   layers, bf16, momentum 0.5, early stopping with patience 10 (SPEC §3.3).
   With no head, fp32 and no momentum this is FedAvg. Bytes: 2·|W_sent|·b per client.
+
+  Momentum is FedAvgM's server momentum (Hsu et al. 2019; paper 000 §2.4, "server
+  momentum (FedAvgM)"): avg − θ is the n-weighted mean of the clients' whole round
+  deltas (local training and aggregation together), because the server's model
+  does not train. Decision (issue 9, item 13): ABPS-X's momentum instead acts on
+  each center's aggregation delta agg_i − θ_i after its local training, as SPEC
+  §3.3 writes it (see :func:`fedjax_sim.algorithms.abps.algorithm.abps`); for a
+  star the two readings coincide. Every client takes part every round, so no
+  client rests and the server steps every round (until early stopping freezes it).
   """
   from fedjax_sim.algorithms import early_stop
   from fedjax_sim.engine.simulate import evaluate
@@ -254,3 +263,16 @@ def bnn_fl(model: Model, client_update) -> Algorithm:
     return state.replace(global_params=moment_average(client_params, federation.n_train))
 
   return _star("bnn_fl", model, client_update, init_client, post)
+
+
+def check_federation(name: str, config, num_clients: int) -> None:
+  """Refuses a federation too small for a star method (FedAvg and its family): at least 2 centers.
+
+  Decision (issue 9): with one center the server's average is that center's own
+  model, so the row would be Local-only under another name.
+
+  Raises:
+    ConfigError: ``num_clients`` < 2.
+  """
+  del config  # no setting changes the minimum
+  require_federation(name, num_clients)

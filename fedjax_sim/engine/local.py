@@ -18,6 +18,8 @@ from fedjax_sim.data.federation import Federation
 
 # A regularizer adds an algorithm's term to the local loss:
 #   reg(params, apply_fn, x, mask, rng, shared, own, hyper) -> scalar
+# ``rng`` is the dropout key of this batch's training forward pass (the same
+# mask the supervised loss saw).
 # ``shared`` is the same for every client (e.g. the global model), ``own`` is
 # this client's slice of a stacked per-client pytree (e.g. FedDyn's gradient
 # correction, MOON's previous local model).
@@ -77,12 +79,15 @@ def make_client_update(apply_fn: Callable, *, batch_size: int, epochs: int,
   """
 
   def objective(params, xb, yb, mb, rng, shared, own, hyper):
-    k_drop, k_reg = jax.random.split(rng)
+    k_drop, _ = jax.random.split(rng)
     logits, _ = apply_fn(params, xb, True, k_drop)
     denom = jnp.maximum(jnp.sum(mb), 1.0)
     loss = jnp.sum(jnp.where(mb, bce_with_logits(logits, yb), 0.0)) / denom
     if regularizer is not None:
-      loss = loss + regularizer(params, apply_fn, xb, mb, k_reg, shared, own, hyper)
+      # The regularizer gets this batch's dropout key: a term that re-runs the model in training
+      # mode (MOON's representation) sees the same dropout mask as the supervised loss, i.e. the
+      # same forward pass, as in Li et al.'s code (issue 9: it used to get a key of its own).
+      loss = loss + regularizer(params, apply_fn, xb, mb, k_drop, shared, own, hyper)
     return loss
 
   grad_fn = jax.value_and_grad(objective)

@@ -27,7 +27,8 @@ from jax.flatten_util import ravel_pytree
 from fedjax_sim.algorithms import early_stop
 from fedjax_sim.algorithms.abps import pool as pools
 from fedjax_sim.algorithms.abps import posterior, shapley, topology
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients, nonfinite_client
+from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_client,
+                                        require_federation)
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.metrics import auroc, mean_defined, p2p_round_bytes
 from fedjax_sim.models import Model
@@ -46,9 +47,10 @@ class ABPSStatic:
   head_layers: int = 0  # personalization: 0 (none), 1 (last layer), 2 (last two layers)
   wire_bf16: bool = False  # bfloat16 wire format
   early_stopping_patience: int = 0  # 0 = off; else stop after this many rounds without a better mean val AUROC
-  exact_shapley_max: int = 5  # exact Shapley when κ_max ≤ this, else truncated Monte Carlo
+  exact_shapley_max: int = 5  # exact Shapley for a center with |P_i| ≤ this, else truncated Monte Carlo
   tmc_permutations: int = 8  # B, permutations of truncated Monte Carlo Shapley
   tmc_tolerance: float = 0.0  # TMC truncation tolerance on |U(P) − U(prefix)|
+  momentum: bool = True  # the momentum stage is in the program; False only when β = 0 (see ``abps``)
 
 
 @struct.dataclass
@@ -68,6 +70,33 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
   ``hyper`` fields read here: ``abps_kappa``, ``abps_epsilon``, ``abps_gamma``,
   ``abps_tau_acc``, ``abps_alpha0``, ``abps_beta0``, ``abps_phi_min``,
   ``abps_phi_max``, ``abps_momentum``.
+
+  Momentum (ABPS-X, β = ``abps_momentum``; SPEC §3.3): a center that aggregated
+  this round steps v_i ← β v_i + (agg_i − θ_i); θ_i ← θ_i + v_i, where θ_i is its
+  model after local training (step 1) and agg_i its aggregate (step 6): the
+  momentum acts on the aggregation delta alone, as SPEC §3.3 writes it, not on
+  the whole round's change (local training is not accelerated). This differs from
+  FedAvg-X's server momentum (:func:`fedjax_sim.algorithms.star.personalized_fedavg`),
+  whose delta is the whole round's, because a star server's model does not train:
+  its aggregation delta and its round delta are one thing.
+  Decision (issue 9, item 13): a resting center (P_i = ∅) skips the momentum
+  step: its θ_i is its local update (θ_i + (agg_i − θ_i) with agg_i the n-weighted
+  mean of θ_i alone, θ_i up to float rounding) and its v_i is kept unchanged for
+  its next aggregation. Algorithm 1 aggregates only centers with P_i ≠ ∅ (line 22)
+  and a resting center "exchanges nothing this round" (SPEC §3.2 step 5, Lemma 1;
+  paper 000 §4.3: "no parameters are exchanged this round"); applying its
+  leftover βv_i would move its model by what earlier partners sent, and decaying
+  v_i without applying it is a rule neither paper 000 nor SPEC states.
+  ``static.momentum = False`` builds the round without the momentum stage; the
+  registry does so when ``abps.momentum`` is 0 (and not swept above 0), and
+  ``hyper.abps_momentum`` must then be 0. It keeps the arithmetic of the rows run
+  before issue 9, θ_i + (0·v_i + (agg_i − θ_i)): the same rule as the stage at
+  β = 0, and bitwise the same compiled program (the stage's masks change no value
+  at β = 0 but change XLA's fusion, and so the float rounding).
+
+  Shapley credit (step 7): exact for a center with |P_i| ≤ ``exact_shapley_max``,
+  truncated Monte Carlo for the others, per center (:func:`.shapley.credit_coalitions`);
+  with κ_max ≤ ``exact_shapley_max`` every center is exact.
   """
   template = jax.eval_shape(model.init, jax.random.key(0))
   _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
@@ -76,7 +105,6 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
   body = ~np.asarray(is_head, bool)  # [P] static: which entries are sent and averaged
   sent_params = int(body.sum())
   k = static.kappa_max
-  exact = k <= static.exact_shapley_max
   wire = bf16_round_trip if static.wire_bf16 else (lambda x: x)
   bytes_per_param = 2 if static.wire_bf16 else 4
 
@@ -95,16 +123,6 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
   def val_auroc(flat_params, x, y, m):
     """AUROC of one flat model on one center's validation split."""
     return auroc(model.apply(unravel(flat_params), x, False, None)[0], y, m)
-
-  def coalitions(key, valid):
-    """Slot subsets to evaluate per center: ``[C, S, k]`` bool, and how to read Shapley off them."""
-    c = valid.shape[0]
-    if exact:
-      masks = jnp.asarray(shapley.subset_masks(k))  # [2^k, k]
-      return jnp.broadcast_to(masks, (c,) + masks.shape), None
-    perms, prefix = jax.vmap(lambda kk: shapley.tmc_permutation_prefixes(kk, k, static.tmc_permutations))(
-        jax.random.split(key, c))  # [C, B, k], [C, B, k+1, k]
-    return prefix.reshape(c, -1, k), perms
 
   def round_fn(key, state: ABPSState, federation, hyper, t):
     k_train, k_topo, k_shap = jax.random.split(key, 3)
@@ -125,7 +143,9 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
 
     # 6–7. Aggregates of θ_i with every coalition S ⊆ P_i (n-weighted; body only; wire format),
     # and their validation AUROC U_i(S).
-    masks, perms = coalitions(k_shap, valid)  # [C, S, k]
+    # Exact Shapley for |P_i| ≤ exact_shapley_max, else truncated Monte Carlo, per center (SPEC §3.2 step 7).
+    masks, perms = shapley.credit_coalitions(k_shap, valid, static.exact_shapley_max,
+                                             static.tmc_permutations)  # [C, S, k]
     w = (masks & valid[:, None, :]).astype(jnp.float32) * n[idx][:, None, :]  # [C, S, k]
     sent = wire(theta[idx])  # [C, k, P] what partners send
     num = n[:, None, None] * theta[:, None, :] + jnp.einsum("csk,ckp->csp", w, sent)
@@ -135,14 +155,8 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
         agg, federation.x_val, federation.y_val, federation.m_val)  # [C, S]
     # Decision: a one-class validation split leaves U undefined; it then credits every partner φ = 0.
     utility = jnp.where(jnp.isnan(utility), 0.5, utility)
-    if exact:
-      phi = shapley.exact_shapley(utility)  # [C, k]
-      new_flat = agg[:, -1, :]  # the subset of all slots = all partners
-    else:
-      b = static.tmc_permutations
-      pu = utility.reshape(c, b, k + 1)
-      phi = jax.vmap(lambda p, u: shapley.tmc_shapley(p, u, static.tmc_tolerance))(perms, pu)
-      new_flat = agg.reshape(c, b, k + 1, -1)[:, 0, -1, :]
+    phi = shapley.shapley_credit(utility, perms, valid, static.exact_shapley_max, static.tmc_tolerance)  # [C, k]
+    new_flat = agg[:, shapley.full_coalition(k, static.exact_shapley_max), :]  # θ_i with all of P_i
 
     # 8. Clipped Beta update on the observed partners that are in the observer's pool
     # (a partner outside it leaves no belief to update; see the module docstring).
@@ -154,10 +168,17 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     credit = jnp.zeros(state.alpha.shape).at[rows, at].add(jnp.where(kept, phi_bar, 0.0), mode="drop")
     alpha, beta, pulls = posterior.beta_update(state.alpha, state.beta, state.pulls, credit, observed)
 
-    # Momentum on the aggregation delta (ABPS-X): v ← βv + (agg − θ); θ ← θ + v.
+    # Momentum on the aggregation delta (ABPS-X): v ← βv + (agg − θ); θ ← θ + v, for a center that
+    # aggregated. A resting center keeps v and its local model (see the ``abps`` docstring).
     vel = jax.vmap(lambda p: ravel_pytree(p)[0])(state.velocity)
-    vel = hyper.abps_momentum * vel + (new_flat - theta)
-    new_flat = theta + vel
+    step = hyper.abps_momentum * vel + (new_flat - theta)
+    if static.momentum:
+      rest = (partners.degree == 0)[:, None]
+      new_flat = theta + jnp.where(rest, new_flat - theta, step)  # resting: agg − θ, agg = θ up to rounding
+      vel = jnp.where(rest, vel, step)
+    else:  # built without the stage (β = 0): the arithmetic of the rows run before issue 9, bitwise
+      new_flat = theta + step
+      vel = step
     params = jax.vmap(unravel)(new_flat)
     velocity = jax.vmap(unravel)(vel)
 
@@ -179,3 +200,27 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     return (state.early.best_params if static.early_stopping_patience > 0 else state.params), True
 
   return Algorithm(name=name, init=init, round=round_fn, deployed=deployed, sent_params=sent_params)
+
+
+def check_federation(name: str, config, num_clients: int) -> None:
+  """Refuses a federation ABPS cannot run on as configured (paper 000 Alg. 1; SPEC §3.2 step 5).
+
+  Each center takes up to κ partners among the other C − 1 centers, or among
+  its M = ``abps.pool_size`` pool members when pools are on, so C ≥ κ + 1 and
+  κ ≤ M. Decision (issue 9): the propose–reject walk would otherwise cap κ at
+  the pool silently, a bandwidth the user did not ask for, and slot arrays sized
+  by an absurd κ would not fit in memory; both are refused before compiling.
+
+  Raises:
+    ConfigError: fewer than 2 centers, κ ≥ C, or κ > ``abps.pool_size`` > 0.
+  """
+  from fedjax_sim.errors import ConfigError
+  a, c = config.abps, num_clients
+  require_federation(name, c)
+  if a.kappa > c - 1:
+    raise ConfigError(f"{name}: abps.kappa = {a.kappa} partners per center needs at least κ + 1 = {a.kappa + 1} "
+                      f"centers, but the federation has {c}, so a center has at most {c - 1} possible partners; "
+                      f"set abps.kappa to at most {c - 1}")
+  if 0 < a.pool_size < a.kappa:
+    raise ConfigError(f"{name}: abps.kappa = {a.kappa} exceeds abps.pool_size = {a.pool_size}: a center takes "
+                      f"partners only from its pool; lower abps.kappa or raise abps.pool_size")
