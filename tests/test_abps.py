@@ -10,7 +10,7 @@ from fedjax_sim.algorithms.registry import build_method, hyper_from_config, pres
 from fedjax_sim.config import ExperimentConfig, LearnerConfig, config_for_method
 from fedjax_sim.data.federation import from_cohorts
 from fedjax_sim.engine.local import local_train
-from fedjax_sim.engine.simulate import make_simulation
+from fedjax_sim.engine.simulate import make_simulation, simulation_parts
 from fedjax_sim.models import num_params
 from tests.conftest import make_cohorts
 
@@ -74,16 +74,44 @@ def test_personalized_heads_stay_local_and_bf16_halves_bytes(fed):
 
 
 def test_early_stopping_makes_later_rounds_noops(fed):
+  """ABPS-X with patience 1 and no learning (lr 0: the models only move by averaging, and round 2's mean
+  validation AUROC does not beat round 1's), so it stops after round 2 (SPEC §3.3, early_stop.update:
+  stale ≥ patience). Rounds 3–5 are no-ops: active 0, no bytes, and the state after 5 rounds is bitwise
+  the state after 2 — beliefs, pulls, models, momentum and the best-validation copy — while round 2 itself
+  did change the state (a guard: freezing is not vacuous). The one-program run (make_simulation, a scan)
+  ends in the same state as the round-by-round run with the same per-round keys."""
   config = config_for_method(BASE, preset("abps_x"))
   config = dataclasses.replace(config, abps=dataclasses.replace(config.abps, early_stopping_patience=1))
   algorithm, model = build_method("abps_x", config, fed.num_features)
   hyper = hyper_from_config(config).replace(learner=hyper_from_config(config).learner.replace(
       learning_rate=jnp.float32(0.0)))  # no learning: validation AUROC cannot improve after round 1
-  out = jax.jit(make_simulation(algorithm, model, 5))(jax.random.key(0), fed, hyper)
-  active = np.asarray(out.history.metrics.active)
-  assert active[0] == 1.0 and (active[2:] == 0).all() and (np.diff(active) <= 0).all()
-  assert (np.asarray(out.history.metrics.bytes)[active == 0] == 0).all()
+  rounds = 5
+  parts = simulation_parts(algorithm, model, rounds)
+  step = jax.jit(parts.step)
+  carry = jax.jit(parts.start)(jax.random.key(0), fed, hyper)
+  states = []
+  for t in range(1, rounds + 1):
+    carry, _ = step(carry, fed, hyper, jnp.int32(t))
+    states.append(carry.state)
+  metrics = carry.history.metrics
+  np.testing.assert_array_equal(np.asarray(metrics.active), [1, 1, 0, 0, 0])
+  bytes_ = np.asarray(metrics.bytes)
+  assert (bytes_[:2] > 0).all() and (bytes_[2:] == 0).all()
+  assert [bool(s.early.stopped) for s in states] == [False, True, True, True, True]
+  # Round 2 ran: new Beta observations.
+  assert float(states[1].pulls.sum()) > float(states[0].pulls.sum()) > 0
+  assert not np.array_equal(np.asarray(states[1].alpha), np.asarray(states[0].alpha))
+  for later in states[2:]:
+    for a, b in zip(jax.tree_util.tree_leaves(later), jax.tree_util.tree_leaves(states[1])):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  out = jax.jit(make_simulation(algorithm, model, rounds))(jax.random.key(0), fed, hyper)
+  np.testing.assert_array_equal(np.asarray(out.history.metrics.active), [1, 1, 0, 0, 0])
   assert bool(out.state.early.stopped)
+  for a, b in zip(jax.tree_util.tree_leaves(out.state), jax.tree_util.tree_leaves(states[1])):
+    if np.issubdtype(np.asarray(a).dtype, np.floating):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+    else:
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_head_mask_picks_the_last_layers_from_the_input():

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+from scipy import stats
 
 from fedjax_sim.algorithms.abps import goal_filter, pool, posterior, shapley, topology
 
@@ -135,9 +136,25 @@ def test_random_pool_draws_distinct_other_centers():
   index = np.asarray(pool.random_pool(jax.random.key(3), 40, 6))
   assert index.shape == (40, 6) and (np.diff(index, axis=1) > 0).all()  # distinct, ascending
   assert not (index == np.arange(40)[:, None]).any() and index.min() >= 0 and index.max() < 40
-  # Every center is drawn about equally often across rows (uniform over the others).
-  counts = np.bincount(pool.random_pool(jax.random.key(4), 400, 8).ravel(), minlength=400)
-  assert counts.mean() == 8 and counts.max() < 25
+
+
+def test_random_pool_picks_every_center_uniformly():
+  """Uniform over the other centers: counts of each center over R = 10 independent 400 × 8 pools.
+
+  Under uniformity center j lies in row i's pool (i ≠ j) with probability 8/399, independently over rows
+  and pools, so its count is Binomial(10·399, 8/399): mean E = 80, variance 80·391/399 < E. Pearson's
+  χ² = Σ_j (count_j − E)²/E then has mean below 399 and is stochastically smaller than χ²(399), so the
+  χ²(399) 0.999 quantile (492.0, scipy.stats.chi2.ppf; scipy ships with jax) is a conservative critical
+  value. A count of 40 or less has probability ~1e-7 per center (Poisson(80) tail).
+  """
+  c, m, r = 400, 8, 10
+  pools = jax.jit(jax.vmap(lambda k: pool.random_pool(k, c, m)))(jax.random.split(jax.random.key(4), r))
+  counts = np.bincount(np.asarray(pools).ravel(), minlength=c)
+  assert counts.shape == (c,) and counts.sum() == r * c * m
+  assert counts.min() > 40  # every center is picked, about as often as any other
+  expected = r * m
+  stat = float(((counts - expected) ** 2 / expected).sum())
+  assert stat < stats.chi2.ppf(0.999, c - 1), stat
 
 
 @pytest.mark.parametrize("make", ["full", "random", "top"])
@@ -240,7 +257,22 @@ def check_slots(out, index, c):
   return sets
 
 
-@settings(max_examples=20, deadline=None)
+def unmatched_pairs(sets, index, valid, accepts, kappa):
+  """Pairs that could still form after the walk: maximality of propose–reject (SPEC §3.2 step 5).
+
+  (i, j = pool[i, m]) could still pair iff j ∈ C_i (``valid[i, m]``: i may propose to j), j would accept i
+  (``accepts[i, m]``: j's own UCB on i ≥ τ_acc), |P_i| < κ and |P_j| < κ at the end, and j ∉ P_i.
+  The protocol leaves none, whatever the proposer order and the ε-swaps: every center walks its list
+  once; when i walked, |P_j| was at most its final value (< κ) and j accepted, so i skipped j only if
+  it had already filled κ slots, and then |P_i| = κ at the end.
+  """
+  c, m = index.shape
+  return [(i, int(index[i, s])) for i in range(c) for s in range(m)
+          if valid[i, s] and accepts[i, s] and len(sets[i]) < kappa and len(sets[index[i, s]]) < kappa
+          and index[i, s] not in sets[i]]
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(SHAPES), st.integers(1, 4), st.integers(0, 2 ** 30))
 def test_match_equals_a_plain_python_loop(cm, kappa, seed):
   c, m = cm
@@ -250,18 +282,26 @@ def test_match_equals_a_plain_python_loop(cm, kappa, seed):
   proposers = rng.permutation(c)
   ranked = np.stack([rng.permutation(m) for _ in range(c)]).astype(np.int32)
   out = _match(jnp.asarray(proposers), jnp.asarray(ranked), p, jnp.asarray(accepts), jnp.int32(kappa), 4)
-  expected = reference_match(proposers, ranked, np.asarray(p.index).tolist(), np.asarray(p.valid), accepts, kappa)
-  assert check_slots(out, np.asarray(p.index), c) == expected
+  index, valid = np.asarray(p.index), np.asarray(p.valid)
+  sets = check_slots(out, index, c)
+  assert sets == reference_match(proposers, ranked, index.tolist(), valid, accepts, kappa)
+  assert not unmatched_pairs(sets, index, valid, accepts, kappa)
 
 
-@settings(max_examples=20, deadline=None)
-@given(st.sampled_from(SHAPES), st.integers(1, 4), st.floats(0.0, 1.0),
-       st.floats(0.0, 1.0), st.integers(0, 2 ** 30))
-def test_propose_reject_invariants(cm, kappa, tau, prior, seed):
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(SHAPES), st.integers(1, 4), st.floats(0.0, 1.0, allow_subnormal=False),
+       st.floats(0.0, 1.0, allow_subnormal=False), st.sampled_from([0.0, 0.1, 1.0]), st.integers(0, 2 ** 30))
+def test_propose_reject_invariants(cm, kappa, tau, prior, epsilon, seed):
+  """Symmetric, no self-partner, |P_i| ≤ κ, every edge proposed and accepted, and maximal.
+
+  The shapes come from the five of ``SHAPES`` (one compile each); each example draws data, not shapes.
+  τ_acc and the prior are normal floats: XLA on CPU flushes subnormals to zero, so a τ_acc of 1e-45
+  compares as 0 there and not in numpy.
+  """
   c, m = cm
   rng = np.random.default_rng(seed)
   p, ucb = random_pool_case(rng, c, m)
-  out = _propose_reject(jax.random.key(seed), ucb, p, jnp.int32(kappa), jnp.float32(tau), jnp.float32(0.1),
+  out = _propose_reject(jax.random.key(seed), ucb, p, jnp.int32(kappa), jnp.float32(tau), jnp.float32(epsilon),
                         jnp.float32(prior), 4)
   index, valid, u = np.asarray(p.index), np.asarray(p.valid), np.asarray(ucb)
   sets = check_slots(out, index, c)
@@ -281,6 +321,28 @@ def test_propose_reject_invariants(cm, kappa, tau, prior, seed):
       # Each edge was proposed by one side to a valid candidate and accepted by the other (UCB ≥ τ_acc).
       assert (proposable(i, j) and ucb_on(j, i) >= np.float32(tau)) or \
              (proposable(j, i) and ucb_on(i, j) >= np.float32(tau))
+  # Maximal: no pair that the rules allow is left unformed (j's acceptance of i recomputed here).
+  accepts = np.array([[ucb_on(int(index[i, s]), i) >= np.float32(tau) for s in range(m)] for i in range(c)])
+  assert not unmatched_pairs(sets, index, valid, accepts, kappa)
+
+
+def test_maximality_check_catches_matchers_that_stop_short():
+  """Positive control for :func:`unmatched_pairs`: on a case where everyone accepts everyone, a matcher
+  that pairs no one, and one whose proposers give up after their first-ranked peer, leave formable pairs."""
+  c, m, kappa = 12, 11, 2
+  p, _ = random_pool_case(np.random.default_rng(0), c, m, p_cand=1.0)
+  index, valid = np.asarray(p.index), np.asarray(p.valid)
+  accepts = np.ones((c, m), bool)
+  proposers = np.random.default_rng(1).permutation(c)
+  ranked = np.tile(np.arange(m, dtype=np.int32), (c, 1))
+  full = reference_match(proposers, ranked, index.tolist(), valid, accepts, kappa)
+  assert not unmatched_pairs(full, index, valid, accepts, kappa)
+  assert unmatched_pairs([set() for _ in range(c)], index, valid, accepts, kappa)
+  # Everyone ranks the lowest index first: once centers 0 and 1 are full, the others give up at once.
+  short = reference_match(proposers, ranked[:, :1], index.tolist(), valid, accepts, kappa)
+  assert unmatched_pairs(short, index, valid, accepts, kappa)
+  out = _match(jnp.asarray(proposers), jnp.asarray(ranked), p, jnp.asarray(accepts), jnp.int32(kappa), 4)
+  assert check_slots(out, index, c) == full
 
 
 @pytest.mark.parametrize("m", [11, 3])
@@ -314,11 +376,23 @@ def test_receiver_uses_the_prior_for_proposers_outside_its_pool():
 
 
 def test_epsilon_swap_frequency():
+  """SPEC §3.2 step 4: with probability ε the top swaps with a uniformly random candidate of C_i, the top
+  itself included, so P(top ≠ 9) = ε·9/10 = 0.27 and each other candidate tops with ε/10 = 0.03.
+
+  The other reading (a random *other* candidate) gives P = ε = 0.30. With N = 40,000 draws the sd of the
+  frequency is sqrt(0.27·0.73/N) = 0.0022: the tolerance 0.01 is 4.5 sd, and the wrong reading lies
+  0.03 away (13 sd), so it fails by 9 sd. The distribution of the top is checked by Pearson's χ² against
+  (0.03 × 9, 0.73), df 9, at the χ²(9) 0.999 quantile (27.9).
+  """
+  n, eps = 40_000, 0.3
   ucb_row = jnp.arange(10.0)
   cand = jnp.ones(10, bool)
-  tops = jax.vmap(lambda k: topology.ranked_candidates(k, ucb_row, cand, 0.3)[0])(jax.random.split(jax.random.key(0), 4000))
-  # Top stays 9 unless swapped with another candidate: P(top ≠ 9) = ε·9/10.
-  assert abs(float(jnp.mean(tops != 9)) - 0.3 * 0.9) < 0.03
+  tops = np.asarray(jax.jit(jax.vmap(lambda k: topology.ranked_candidates(k, ucb_row, cand, eps)[0]))(
+      jax.random.split(jax.random.key(0), n)))
+  assert abs(np.mean(tops != 9) - eps * 0.9) < 0.01
+  counts = np.bincount(tops, minlength=10)
+  expected = n * np.array([eps / 10] * 9 + [1 - eps * 0.9])
+  assert ((counts - expected) ** 2 / expected).sum() < stats.chi2.ppf(0.999, 9)
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,4 +1,6 @@
 """The FedAvg family against its definitions (SPEC §3.3)."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,8 @@ from fedjax_sim.algorithms.base import weighted_average
 from fedjax_sim.algorithms.registry import build_method, hyper_from_config
 from fedjax_sim.config import ExperimentConfig, LearnerConfig
 from fedjax_sim.data.federation import from_cohorts
-from fedjax_sim.engine.local import make_client_update
+from fedjax_sim.engine.local import local_train, make_client_update
+from fedjax_sim.engine.simulate import client_scores
 from fedjax_sim.models import mlp_model
 from tests.conftest import make_cohorts
 
@@ -65,20 +68,194 @@ def test_moon_with_zero_mu_is_fedavg(fed):
   assert leaves(moon0.client)[0].shape[0] == fed.num_clients
 
 
-def test_feddyn_state_updates_follow_algorithm_1(fed):
-  _, _, s0, s1, _ = one_round("feddyn", fed)
-  alpha = CONFIG.feddyn.alpha
-  # Recover the local models from g_k = 0 − α(θ_k − θ^0).
-  theta0 = s0.global_params
-  local = jax.tree_util.tree_map(lambda g, t: t[None] - g / alpha, s1.client, theta0)
+# --- FedDyn and MOON against their papers, computed independently -------------------------------
+
+TRAIN = LearnerConfig(hidden=(16, 8), batch_size=32, local_epochs=1, learning_rate=1e-2)  # lr 1e-2: terms matter
+
+
+def f64(tree):
+  return jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), tree)
+
+
+def f32(tree):
+  return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), tree)
+
+
+def n_weighted(fed, stacked):
+  """Σ_k w_k a_k with w_k = n_k / Σ n, in float64."""
   w = np.asarray(fed.n_train, np.float64)
   w = w / w.sum()
-  mean_delta = jax.tree_util.tree_map(lambda l, t: np.tensordot(w, np.asarray(l) - np.asarray(t)[None], 1), local, theta0)
-  # h^1 = −α Σ w_k (θ_k − θ^0); θ^1 = Σ w_k θ_k − h^1/α = θ^0 + 2 Σ w_k (θ_k − θ^0).
-  for h, md in zip(leaves(s1.server), jax.tree_util.tree_leaves(mean_delta)):
-    np.testing.assert_allclose(h, -alpha * md, rtol=1e-4, atol=1e-7)
-  for g, t0, md in zip(leaves(s1.global_params), leaves(theta0), jax.tree_util.tree_leaves(mean_delta)):
-    np.testing.assert_allclose(g, t0 + 2 * md, rtol=1e-4, atol=1e-6)
+  return jax.tree_util.tree_map(lambda a: np.tensordot(w, a, 1), stacked)
+
+
+def assert_trees_close(got, want, rtol=1e-4, atol=1e-5):
+  for a, b in zip(leaves(got), jax.tree_util.tree_leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+
+
+def max_diff(a, b):
+  return max(float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max())
+             for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+
+def reference_local_models(fed, config, term):
+  """``run(key, start, own, hyper) -> [C, ...]``: every client's local model after the engine's plain
+  local training (same optimizer, minibatch order and dropout as the method's round for the same key)
+  of mean BCE + ``term``, a method's local term written in this file from its paper."""
+  model = mlp_model(fed.num_features, hidden=config.learner.hidden, dropout=config.learner.dropout)
+  update = make_client_update(model.apply, batch_size=config.learner.batch_size,
+                              epochs=config.learner.local_epochs, regularizer=term)
+
+  def run(key, start, own, hyper):
+    return local_train(update, key, start, fed, shared=start, own=own, hyper=hyper, learner=hyper.learner,
+                       params_stacked=False).params
+
+  return jax.jit(run)
+
+
+def feddyn_local_term(params, apply_fn, x, mask, rng, shared, own, hyper):
+  """Acar et al. 2021, Alg. 1: −⟨∇L_k(θ_k^{t−1}), θ⟩ + α/2 ‖θ − θ^{t−1}‖², leaf by leaf (own = ∇L_k term)."""
+  lin = sum(jnp.sum(g * p) for g, p in zip(jax.tree_util.tree_leaves(own), jax.tree_util.tree_leaves(params)))
+  prox = sum(jnp.sum((p - c) ** 2) for p, c in zip(jax.tree_util.tree_leaves(params),
+                                                    jax.tree_util.tree_leaves(shared)))
+  return -lin + 0.5 * hyper.dyn_alpha * prox
+
+
+def test_feddyn_two_rounds_follow_algorithm_1(fed):
+  """Two FedDyn rounds against Acar et al. 2021, Algorithm 1 (full participation), computed here:
+
+  client k: θ_k^t = local training on L_k(θ) − ⟨g_k^{t−1}, θ⟩ + α/2‖θ − θ^{t−1}‖² (:func:`feddyn_local_term`);
+  g_k^t = g_k^{t−1} − α(θ_k^t − θ^{t−1}); h^t = h^{t−1} − α Σ_k w_k(θ_k^t − θ^{t−1});
+  θ^t = Σ_k w_k θ_k^t − h^t/α, with g^0 = h^0 = 0 and w_k = n_k/Σn (the code's stated decision).
+  Round 2 is the one where g_k ≠ 0 enters the local objective; α = 0.5 so that it matters.
+  """
+  alpha = 0.5
+  config = ExperimentConfig(learner=TRAIN, feddyn=type(CONFIG.feddyn)(alpha=alpha))
+  algorithm, _ = build_method("feddyn", config, fed.num_features)
+  hyper = hyper_from_config(config)
+  state = algorithm.init(jax.random.key(0), fed, hyper)
+  step = jax.jit(algorithm.round)
+  reference = reference_local_models(fed, config, feddyn_local_term)
+  theta = f64(state.global_params)
+  g = jax.tree_util.tree_map(lambda a: np.zeros((fed.num_clients,) + a.shape), theta)
+  h = jax.tree_util.tree_map(np.zeros_like, theta)
+  for t in (1, 2):
+    key = jax.random.key(10 + t)
+    state, _ = step(key, state, fed, hyper, jnp.int32(t))
+    local = f64(reference(key, f32(theta), f32(g), hyper))
+    if t == 2:  # guard: the linear term moves round 2's local models (by far more than the tolerance)
+      assert max_diff(local, reference(key, f32(theta), f32(jax.tree_util.tree_map(np.zeros_like, g)), hyper)) > 1e-3
+    delta = jax.tree_util.tree_map(lambda l, c: l - c[None], local, theta)
+    g = jax.tree_util.tree_map(lambda a, d: a - alpha * d, g, delta)
+    h = jax.tree_util.tree_map(lambda a, d: a - alpha * d, h, n_weighted(fed, delta))
+    theta = jax.tree_util.tree_map(lambda m, a: m - a / alpha, n_weighted(fed, local), h)
+    assert_trees_close(state.client, g)
+    assert_trees_close(state.server, h)
+    assert_trees_close(state.global_params, theta)
+
+
+def moon_local_term(params, apply_fn, x, mask, rng, shared, own, hyper):
+  """Li, He & Song 2021, eq. 3: μ·mean over rows of −log(e^{sim(z, z_glob)/τ} / (e^{sim(z, z_glob)/τ} +
+  e^{sim(z, z_prev)/τ})), sim(a, b) = a·b / max(‖a‖‖b‖, 1e-8) (torch's CosineSimilarity, as the authors'
+  code), z from the model being trained, z_glob from the round's global model (``shared``), z_prev from
+  the client's previous local model (``own``). For a model without dropout."""
+  z, z_glob, z_prev = (apply_fn(m, x, False, None)[1] for m in (params, shared, own))
+
+  def sim(a, b):  # the norms apart: a fixed model's all-zero (dead ReLU) row must not give NaN gradients
+    return jnp.sum(a * b, -1) / jnp.maximum(jnp.sqrt(jnp.sum(a * a, -1)) * jnp.sqrt(jnp.sum(b * b, -1)), 1e-8)
+
+  e_glob = jnp.exp(sim(z, z_glob) / hyper.moon_temperature)
+  e_prev = jnp.exp(sim(z, z_prev) / hyper.moon_temperature)
+  loss = -jnp.log(e_glob / (e_glob + e_prev))
+  return hyper.moon_mu * jnp.sum(jnp.where(mask, loss, 0.0)) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def test_moon_two_rounds_follow_the_model_contrastive_objective(fed):
+  """Two MOON rounds (Li, He & Song 2021, Alg. 1; SPEC §3.3: μ = 1, τ = 0.5) against local training on
+  BCE + :func:`moon_local_term` and FedAvg's n-weighted mean, computed here. Each client's previous model
+  starts as the global initialization, so round 1's contrastive term is the constant log 2; round 2 is
+  the one where z_prev ≠ z_glob. The MLP has no dropout here: the reference runs every model once."""
+  config = ExperimentConfig(learner=dataclasses.replace(TRAIN, dropout=0.0))
+  algorithm, _ = build_method("moon", config, fed.num_features)
+  hyper = hyper_from_config(config)
+  state = algorithm.init(jax.random.key(0), fed, hyper)
+  step = jax.jit(algorithm.round)
+  reference = reference_local_models(fed, config, moon_local_term)
+  theta = f64(state.global_params)
+  prev = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (fed.num_clients,) + a.shape), theta)
+  for t in (1, 2):
+    key = jax.random.key(20 + t)
+    state, _ = step(key, state, fed, hyper, jnp.int32(t))
+    local = f64(reference(key, f32(theta), f32(prev), hyper))
+    if t == 2:  # guard: the contrastive term moves round 2's local models (by far more than the tolerance)
+      assert max_diff(local, reference(key, f32(theta), f32(prev), hyper.replace(moon_mu=jnp.float32(0.0)))) > 1e-3
+    theta, prev = n_weighted(fed, local), local
+    assert_trees_close(state.global_params, theta)
+    assert_trees_close(state.client, prev)
+
+
+def numpy_mlp(params, x):
+  """The SPEC §3.1 MLP without dropout, in float64: ``(logit, representation)`` (last hidden ReLU)."""
+  p = f64(params)
+  h = np.asarray(x, np.float64)
+  for i in range(sum(k.startswith("hidden_") for k in p)):
+    h = np.maximum(h @ p[f"hidden_{i}"]["kernel"] + p[f"hidden_{i}"]["bias"], 0.0)
+  return (h @ p["head"]["kernel"] + p["head"]["bias"])[..., 0], h
+
+
+def test_feddyn_regularizer_value_and_gradient_in_closed_form():
+  """−⟨g, θ⟩ + α/2‖θ − θ^{t−1}‖² and its gradient −g + α(θ − θ^{t−1}), with random g (Acar et al. 2021)."""
+  model = mlp_model(3, hidden=(5, 4), dropout=0.0)
+  p, c = model.init(jax.random.key(0)), model.init(jax.random.key(1))
+  g = jax.tree_util.tree_map(lambda a: jax.random.normal(jax.random.key(2), a.shape), p)
+  hyper = hyper_from_config(ExperimentConfig()).replace(dyn_alpha=jnp.float32(0.7))
+  value, grad = jax.value_and_grad(star.feddyn_regularizer)(p, model.apply, None, None, None, c, g, hyper)
+  p64, c64, g64 = f64(p), f64(c), f64(g)
+  want = sum(float(-(gg * pp).sum() + 0.35 * ((pp - cc) ** 2).sum())
+             for pp, cc, gg in zip(*(jax.tree_util.tree_leaves(t) for t in (p64, c64, g64))))
+  assert float(value) == pytest.approx(want, rel=1e-5)
+  assert_trees_close(grad, jax.tree_util.tree_map(lambda pp, cc, gg: -gg + 0.7 * (pp - cc), p64, c64, g64),
+                     rtol=1e-5, atol=1e-6)
+
+
+def test_moon_regularizer_value_and_gradient_against_numpy():
+  """MOON's μ·ℓ_con (Li, He & Song 2021, eq. 3) against a float64 numpy forward pass, and its gradient in
+  the trained model's parameters against central finite differences of that numpy loss (z_glob and
+  z_prev are fixed: they come from other models). Padded rows (mask False) do not count."""
+  model = mlp_model(3, hidden=(5, 4), dropout=0.0)
+  lift = lambda t: jax.tree_util.tree_map(lambda a: a + 0.2, t)  # biases up: no dead representation rows
+  p, q, r = (lift(model.init(jax.random.key(k))) for k in range(3))
+  x = jax.random.normal(jax.random.key(3), (7, 3))
+  mask = np.array([True, True, False, True, True, False, True])
+  mu, tau = 1.5, 0.3
+  hyper = hyper_from_config(ExperimentConfig()).replace(moon_mu=jnp.float32(mu), moon_temperature=jnp.float32(tau))
+  value, grad = jax.value_and_grad(star.moon_regularizer)(p, model.apply, x, jnp.asarray(mask),
+                                                         jax.random.key(4), q, r, hyper)
+  zg, zp = numpy_mlp(q, x)[1], numpy_mlp(r, x)[1]
+  cos = lambda a, b: (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+  def loss(params):
+    z = numpy_mlp(params, x)[1]
+    assert (np.linalg.norm(z, axis=1) > 1e-3).all()
+    eg, ep = np.exp(cos(z, zg) / tau), np.exp(cos(z, zp) / tau)
+    return mu * np.mean(-np.log(eg / (eg + ep))[mask])
+
+  p64 = f64(p)
+  assert float(value) == pytest.approx(loss(p64), rel=1e-5)
+  flat, treedef = jax.tree_util.tree_flatten(p64)
+  numeric = []
+  for a in flat:
+    d = np.zeros_like(a)
+    for i in np.ndindex(a.shape):
+      e = np.zeros_like(a)
+      e[i] = 1e-6
+      up = jax.tree_util.tree_unflatten(treedef, [b + e if b is a else b for b in flat])
+      down = jax.tree_util.tree_unflatten(treedef, [b - e if b is a else b for b in flat])
+      d[i] = (loss(up) - loss(down)) / 2e-6
+    numeric.append(d)
+  numeric = jax.tree_util.tree_unflatten(treedef, numeric)
+  assert max(float(np.abs(a).max()) for a in jax.tree_util.tree_leaves(numeric)) > 1e-2  # guard: a real gradient
+  assert_trees_close(grad, numeric, rtol=1e-3, atol=1e-5)
 
 
 def test_regularizers_match_their_formulas():
@@ -155,10 +332,50 @@ def test_bnn_fl_moment_averaging_kl_and_bytes(fed):
   p = {"mu": {"w": jnp.array([0.5])}, "rho": {"w": jnp.array([0.3])}}
   s = float(sigma(0.3))
   assert float(kl_to_standard_normal(p)) == pytest.approx(np.log(1 / s) + (s ** 2 + 0.25 - 1) / 2, rel=1e-5)
-  # Training samples weights; evaluation uses the means.
+  # Training samples weights; the deployed, evaluated model is the mean network (Blundell et al. 2015 §3):
+  # the engine's scores (client_scores, what evaluate ranks) of algorithm.deployed equal the plain MLP
+  # (fedjax_sim.models.mlp) and a numpy forward pass applied to the means μ, whatever σ is.
   x = jnp.ones((3, fed.num_features))
   a = model.apply(s1.global_params, x, True, jax.random.key(1))[0]
   b = model.apply(s1.global_params, x, True, jax.random.key(2))[0]
   assert not np.allclose(np.asarray(a), np.asarray(b))
-  np.testing.assert_array_equal(np.asarray(model.apply(s1.global_params, x, False, None)[0]),
-                                np.asarray(model.apply(s1.global_params, x, False, None)[0]))
+  params, stacked = algorithm.deployed(s1)
+  assert not stacked
+  assert max_diff(params["mu"], s0.global_params["mu"]) > 1e-4  # guard: the means were trained
+  score = jax.jit(lambda p: client_scores(model, p, stacked, fed.x_test))
+  scores = np.asarray(score(params))  # [C, n]
+  plain = mlp_model(fed.num_features, hidden=CONFIG.learner.hidden, dropout=CONFIG.learner.dropout)
+  np.testing.assert_allclose(scores, np.asarray(jax.jit(plain.apply, static_argnums=2)(
+      params["mu"], fed.x_test, False, None)[0]), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(scores, numpy_mlp(params["mu"], fed.x_test)[0], rtol=1e-4, atol=1e-5)
+  # σ does not enter evaluation: widen it to softplus(0) ≈ 0.69; a sampled network then moves far away.
+  wide = {"mu": params["mu"], "rho": jax.tree_util.tree_map(jnp.zeros_like, params["rho"])}
+  np.testing.assert_array_equal(np.asarray(score(wide)), scores)
+  sampled = np.asarray(jax.jit(model.apply, static_argnums=2)(wide, fed.x_test[0], True, jax.random.key(3))[0])
+  assert np.abs(sampled - scores[0]).max() > 0.1
+
+
+def test_moon_representation_comes_from_the_supervised_forward_pass():
+  """MOON's z must be the representation of the same training forward pass (same dropout mask) as the
+  supervised loss, as in Li et al. 2021 (issue 9: the regularizer used to draw a dropout key of its own).
+  The train-mode calls of one local step are recorded eagerly: the supervised pass and MOON's z pass
+  must use one key (a regularizer-free learner makes one call, the control)."""
+  model = mlp_model(3, hidden=(4,), dropout=0.5)
+  keys = []
+
+  def apply_fn(params, x, train, rng):
+    if train:
+      keys.append(np.asarray(jax.random.key_data(rng)))
+    return model.apply(params, x, train, rng)
+
+  hyper = hyper_from_config(CONFIG)
+  params = model.init(jax.random.key(0))
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)), jnp.float32)
+  y = jnp.asarray([0, 1, 0, 1], jnp.int32)
+  for regularizer, calls in ((star.moon_regularizer, 2), (None, 1)):
+    keys.clear()
+    update = make_client_update(apply_fn, batch_size=4, epochs=1, regularizer=regularizer)
+    with jax.disable_jit():
+      update(jax.random.key(1), params, x, y, jnp.int32(4), params, params, hyper, hyper.learner)
+    assert len(keys) == calls
+    assert all(np.array_equal(k, keys[0]) for k in keys)
