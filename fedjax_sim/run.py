@@ -312,9 +312,11 @@ def main(argv=None) -> int:
     for run in run_methods(pending, config, federation, options, workers):
       name = run.name
       what = f"{len(config.seeds)} seeds" + (f" × {len(sweep.points)} grid points" if sweep else "")
-      std = run.summary["auroc_std"]  # NaN with one seed (sample std)
-      spread = f" ± {std:.4f}" if std == std else " (one seed)"
-      head = f"AUROC {run.summary['auroc_mean']:.4f}{spread}; " if not sweep else ""
+      head = ""
+      if not sweep:  # a sweep's entry is a grid; its table shows every point
+        std = run.summary["auroc_std"]  # NaN with one seed (sample std)
+        spread = f" ± {std:.4f}" if std == std else " (one seed)"
+        head = f"AUROC {run.summary['auroc_mean']:.4f}{spread}; "
       log(f"[fedjax_sim] {name}: {head}{what} in one compiled "
           f"{'chunk program' if every else 'call'} ({run.traces} trace); "
           f"compile {run.compile_s:.1f} s, run {run.run_s:.2f} s "

@@ -32,7 +32,7 @@ def test_end_to_end_summary_schema(tmp_path, capsys):
   assert len(seed["val_auroc_curve"]) == 2 and len(seed["test_auroc_per_center"]) == summary["federation"]["clients"]
 
 
-def test_csv_source_runs_local(tmp_path):
+def test_csv_source_runs_local(tmp_path, capsys):
   rng = np.random.default_rng(0)
   path = tmp_path / "sites.csv"
   with open(path, "w", newline="") as f:
@@ -45,12 +45,15 @@ def test_csv_source_runs_local(tmp_path):
   out = tmp_path / "out"
   args = ["local", "--out", str(out), "--set", "data.source=csv", "--set", f"data.path={path}",
           "--set", "data.site_column=hospital", "--set", "data.label_column=died",
-          "--set", "data.categorical_columns=sex", "--set", "learner.hidden=8", "--rounds", "1", "--seeds", "3",
-          "--quiet"]
+          "--set", "data.categorical_columns=sex", "--set", "learner.hidden=8", "--rounds", "1", "--seeds", "3"]
   assert run.main(args) == 0
   summary = json.loads((out / "summary.json").read_text())
   assert summary["federation"]["clients"] == 2  # site C (10 rows) dropped with a warning
   assert summary["methods"]["local"]["bandwidth_ratio"] == 0.0
+  # One seed: no sample std to report, in the log line as in summary.json (not "± nan").
+  assert summary["methods"]["local"]["auroc_std"] is None
+  log = capsys.readouterr().err
+  assert "[fedjax_sim] local: AUROC " in log and " (one seed); 1 seeds in one compiled call" in log and "nan" not in log
 
 
 @pytest.mark.parametrize("args, message", [
