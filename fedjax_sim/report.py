@@ -8,14 +8,14 @@ import numpy as np
 
 # Paper 000 Table 1 row labels, in the paper's order (SPEC §3.3), and the paper's figures (SPEC §3.5).
 TABLE1_ROWS = (
-    ("local", "Local-only", 0.587, None),
+    ("local", "Local-only", 0.587, 0.00),
     ("fedavg", "FedAvg", 0.755, 1.00),
     ("fedprox", "FedProx", 0.753, 1.00),
     ("feddyn", "FedDyn", 0.758, 1.00),
     ("moon", "MOON", 0.750, 1.00),
-    ("decefl", "DeceFL", 0.696, None),
-    ("defta", "DeFTA", 0.725, None),
-    ("wpfed", "WPFed", 0.694, None),
+    ("decefl", "DeceFL", 0.696, 1.00),  # SPEC §3.4 gives 1.50× (note below)
+    ("defta", "DeFTA", 0.725, 1.00),  # 1.50× by SPEC §3.4
+    ("wpfed", "WPFed", 0.694, 1.00),  # 2.50× by SPEC §3.4
     ("bnn_fl", "BNN+FL", 0.749, 2.00),
     ("abps", "ABPS (κ=3)", 0.753, 1.50),
     ("abps_p", "ABPS+P", 0.757, 1.49),
@@ -99,6 +99,10 @@ def table1_markdown(summary: dict) -> str:
   seeds = next(iter(methods.values()))["seeds"] if methods else []
   lines.append("")
   note = scored_note(summary)
+  p2p = [LABELS[n] for n in ("decefl", "defta", "wpfed") if n in methods]
+  if p2p:  # issue 9, item 15
+    note = (f"The paper prints 1.00× for {', '.join(p2p)}; SPEC §3.4 counts 2·|W| bytes per undirected edge, so a "
+            "3-regular graph costs 1.50× and WPFed's 5 downloaded candidates 2.50× (docs/TABLE1.md). " + note).strip()
   lines.append(f"Seeds {', '.join(map(str, seeds))}; ± is the sample std (ddof = 1) over seeds; bandwidth relative "
                "to full-participation fp32 FedAvg over R_ref rounds (SPEC §3.4). Synthetic federation unless the "
                "config says otherwise." + (f" {note}" if note else ""))

@@ -68,3 +68,18 @@ def test_table1_markdown_valid_with_one_seed_and_scored_note(tmp_path):
   assert "Centers scored: 29 of 30 (a one-class test split has no AUROC); median test split of the scored " \
          "centers 6 rows." in md
   assert [p.name for p in plot_figures(summary, tmp_path)] == ["ranking.png", "pareto.png"]  # null std: no error bar
+
+
+def test_table1_markdown_shows_the_papers_p2p_bandwidth_and_why_ours_differs():
+  """Issue 9, item 15: the paper prints 1.00× for DeceFL, DeFTA and WPFed (and 0.00× for Local-only)."""
+  summary = fake_summary()
+  entry = dict(next(iter(summary["methods"].values())))
+  summary["methods"] = {"local": {**entry, "bandwidth_ratio": 0.0}, "wpfed": {**entry, "bandwidth_ratio": 2.5}}
+  md = table1_markdown(summary)
+  wpfed = next(line for line in md.splitlines() if line.startswith("| WPFed |"))
+  local = next(line for line in md.splitlines() if line.startswith("| Local-only |"))
+  assert "| 2.50× |" in wpfed and wpfed.endswith("| 0.694 | 1.00× |"), wpfed
+  assert local.endswith("| 0.587 | 0× |"), local
+  assert "The paper prints 1.00× for WPFed; SPEC §3.4 counts" in md
+  del summary["methods"]["wpfed"]
+  assert "The paper prints" not in table1_markdown(summary)  # the note only where such a row is shown
