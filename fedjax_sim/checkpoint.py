@@ -27,7 +27,9 @@ import jax
 
 from fedjax_sim.errors import ConfigError
 
-SCHEMA = 1
+SCHEMA = 2
+"""Checkpoint layout version; ``--resume`` refuses others. 2 (issue 9): WPFed's state gained θ_0,
+DeFTA/ABPS-X/MOON changed rules, and finished methods' records carry summary.json schema 2."""
 
 AFTER_SAVE_HOOK: Optional[Callable[[str, int], None]] = None
 """Test hook: called as ``hook(method, rounds_done)`` after every save (tests raise from it to kill a run)."""

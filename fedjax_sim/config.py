@@ -81,7 +81,7 @@ class GraphConfig:
 class WPFedConfig:
   """WPFed baseline (SPEC §3.3): LSH filtering, then loss-ranked neighbor averaging."""
 
-  bits: int = 64  # LSH signature length (random projections of the parameters), in [1, 4096]
+  bits: int = 64  # LSH signature length (random projections of θ_i − θ_0, the change from the initial model), in [1, 4096]
   candidates: int = 5  # candidates per center, nearest by Hamming distance (downloaded and scored), ≥ 1;
   # the federation needs more centers than candidates
   k: int = 3  # neighbors averaged in, the lowest validation loss among the candidates; in [1, candidates]

@@ -102,7 +102,8 @@ def table1_markdown(summary: dict) -> str:
   p2p = [LABELS[n] for n in ("decefl", "defta", "wpfed") if n in methods]
   if p2p:  # issue 9, item 15
     note = (f"The paper prints 1.00× for {', '.join(p2p)}; SPEC §3.4 counts 2·|W| bytes per undirected edge, so a "
-            "3-regular graph costs 1.50× and WPFed's 5 downloaded candidates 2.50× (docs/TABLE1.md). " + note).strip()
+            "d-regular graph costs d/2× FedAvg and WPFed, which downloads M candidates' models per center, M/2× "
+            "(docs/TABLE1.md). " + note).strip()
   lines.append(f"Seeds {', '.join(map(str, seeds))}; ± is the sample std (ddof = 1) over seeds; bandwidth relative "
                "to full-participation fp32 FedAvg over R_ref rounds (SPEC §3.4). Synthetic federation unless the "
                "config says otherwise." + (f" {note}" if note else ""))

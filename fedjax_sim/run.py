@@ -85,20 +85,28 @@ def check_writable(path, flag: str) -> None:
     ConfigError: naming ``flag``, the path and why.
   """
   path = pathlib.Path(path)
-  if path.exists() and not path.is_dir():
-    raise ConfigError(f"{flag} {path}: exists and is not a folder")
-  ancestor = path.absolute().parent
-  while not ancestor.exists() and ancestor != ancestor.parent:  # what will be created with mkdir(parents=True)
-    ancestor = ancestor.parent
-  if not ancestor.is_dir():
-    raise ConfigError(f"{flag} {path}: cannot create it, {ancestor} is a file, not a folder")
-  for folder in [ancestor] + ([path] if path.exists() else []):
+  try:  # Path.exists() itself raises PermissionError below a folder that cannot be searched
+    if path.exists() and not path.is_dir():
+      raise ConfigError(f"{flag} {path}: exists and is not a folder")
+    ancestor = path.parent.absolute()  # where write_outputs stages (``--out .``: the current folder)
+    while not ancestor.exists() and ancestor != ancestor.parent:  # what will be created with mkdir(parents=True)
+      ancestor = ancestor.parent
+    if not ancestor.is_dir():
+      raise ConfigError(f"{flag} {path}: cannot create it, {ancestor} is a file, not a folder")
+    folders = [ancestor] + ([path] if path.exists() else [])
+  except OSError as e:
+    raise ConfigError(f"{flag} {path}: cannot look there ({e.strerror or e}: {e.filename or path})") from None
+  for folder in folders:
     try:
-      fd, probe = tempfile.mkstemp(prefix=".fedjax_sim-write-check-", dir=folder)
+      fd, probe = tempfile.mkstemp(prefix=WRITE_PROBE, dir=folder)
       os.close(fd)
       os.remove(probe)
     except OSError as e:
       raise ConfigError(f"{flag} {path}: cannot write in {folder} ({e.strerror or e})") from None
+
+
+WRITE_PROBE = ".fedjax_sim-write-check-"
+"""Prefix of :func:`check_writable`'s probe files (removed at once; ignored when a folder is tested for emptiness)."""
 
 
 def overrides_from_args(args) -> dict:
@@ -266,16 +274,19 @@ def main(argv=None) -> int:
     for name in config.methods:  # every grid point of every method is valid before anything is written
       point_configs(config_for_method(config, preset(name)), sweep)
     make_placement(1, 1, devices)  # the device count is available
-    check_writable(out_dir, "--out")  # before anything is built, compiled or written (issue 9)
+    writer = jax.process_index() == 0  # only process 0 writes outputs and checkpoints
+    if writer:
+      check_writable(out_dir, "--out")  # before anything is built, compiled or written (issue 9)
     ckpt = None
     if every:
       ckpt = RunCheckpoints(args.checkpoint_dir or out_dir / "checkpoints")
-      check_writable(ckpt.dir, "--resume" if args.resume is not None else "--checkpoint-dir")
+      if writer:
+        check_writable(ckpt.dir, "--resume" if args.resume is not None else "--checkpoint-dir")
       if args.resume is None:
         if (ckpt.dir / "run.json").exists():
           raise ConfigError(f"{ckpt.dir} already holds a checkpointed run; continue it with --resume {ckpt.dir} "
                             f"or choose another --checkpoint-dir / --out")
-        if ckpt.dir.exists() and any(ckpt.dir.iterdir()):
+        if ckpt.dir.exists() and any(not f.name.startswith(WRITE_PROBE) for f in ckpt.dir.iterdir()):
           raise ConfigError(f"{ckpt.dir} exists and is not empty; checkpoints need a directory of their own "
                             f"(choose another --checkpoint-dir / --out)")
     options = RunOptions(sweep=sweep, devices=devices, checkpoint_every=every or 0, checkpoints=ckpt,

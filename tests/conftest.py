@@ -22,6 +22,14 @@ def make_cohorts(num_sites=6, num_features=5, seed=0, sizes=None):
   return Cohorts(tuple(sites), tuple(f"f{j}" for j in range(num_features)), cont, "test cohorts")
 
 
+def numpy_bce(logits, y, m) -> float:
+  """Mean binary cross-entropy of sigmoid(logits) over the rows where ``m`` is set, in float64 (an independent
+  reference for the engine's ``bce_with_logits``)."""
+  z, y, m = (np.asarray(a, np.float64) for a in (logits, y, m))
+  loss = np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
+  return float((loss * m).sum() / max(m.sum(), 1))
+
+
 @pytest.fixture
 def tiny_cohorts():
   return make_cohorts()

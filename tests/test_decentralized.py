@@ -11,7 +11,7 @@ from fedjax_sim.data.federation import from_cohorts
 from fedjax_sim.engine.local import local_train, make_client_update
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.models import num_params
-from tests.conftest import make_cohorts
+from tests.conftest import make_cohorts, numpy_bce
 
 CONFIG = ExperimentConfig(learner=LearnerConfig(hidden=(16, 8), batch_size=32, local_epochs=1))
 
@@ -51,12 +51,6 @@ def test_decefl_round_is_local_training_then_consensus(fed):
   p = num_params(jax.tree_util.tree_map(lambda a: a[0], state.params))
   assert float(m.bytes) == pytest.approx(12 * 2 * p * 4)  # 8·3/2 = 12 edges; 1.5× a FedAvg round
   assert float(m.mean_partners) == 3.0
-
-
-def numpy_bce(logits, y, m):
-  z, y, m = (np.asarray(a, np.float64) for a in (logits, y, m))
-  l = np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
-  return float((l * m).sum() / max(m.sum(), 1))
 
 
 def test_defta_two_rounds_match_a_numpy_reimplementation(fed):

@@ -1,6 +1,7 @@
 """Issue 9, items 1–6: bad input is refused before anything compiles or is written, with one message."""
 import csv
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -224,6 +225,42 @@ def test_unwritable_out_refused(tmp_path, capsys, no_federation, monkeypatch):
   line = refused(["fedavg"] + TINY, readonly / "a" / "b", capsys)
   assert line == f"error: --out {readonly / 'a' / 'b'}: cannot write in {readonly} (Permission denied)"
   assert list(readonly.iterdir()) == []
+
+
+def test_out_below_a_folder_that_cannot_be_searched_refused(tmp_path, capsys, no_federation, monkeypatch):
+  # As a non-root user, Path.exists() raises PermissionError below a folder without search permission.
+  locked = tmp_path / "locked"
+  real = run.pathlib.Path.exists
+
+  def exists(self, *args, **kwargs):
+    if locked in self.parents:
+      raise PermissionError(13, "Permission denied", str(self))
+    return real(self, *args, **kwargs)
+  monkeypatch.setattr(run.pathlib.Path, "exists", exists)
+  out = locked / "inner" / "out"
+  code = run.main(["fedavg"] + TINY + ["--out", str(out)])
+  monkeypatch.undo()
+  errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+  assert code == 2 and errors == [f"error: --out {out}: cannot look there (Permission denied: {out})"]
+  assert not locked.exists()
+
+
+def test_out_dot_probes_the_folder_written_not_its_parent(tmp_path, monkeypatch):
+  """``--out .`` stages its results in the current folder; the check must probe that one (a read-only parent
+  such as /home must not refuse it)."""
+  sub = tmp_path / "sub"
+  sub.mkdir()
+  monkeypatch.chdir(sub)
+  probed = []
+  real = run.tempfile.mkstemp
+
+  def mkstemp(*args, dir=None, **kwargs):
+    probed.append(pathlib.Path(dir).absolute())
+    return real(*args, dir=dir, **kwargs)
+  monkeypatch.setattr(run.tempfile, "mkstemp", mkstemp)
+  run.check_writable(pathlib.Path("."), "--out")
+  assert probed and set(probed) == {sub}
+  assert list(sub.iterdir()) == []
 
 
 def test_checkpoint_dir_checked_too(tmp_path, capsys, no_federation):

@@ -11,6 +11,7 @@ from fedjax_sim.config import ExperimentConfig, LearnerConfig
 from fedjax_sim.data.cohorts import Cohorts, SiteCohort
 from fedjax_sim.data.federation import from_cohorts
 from fedjax_sim.engine.local import local_train, make_client_update
+from tests.conftest import numpy_bce
 
 
 def test_signatures_and_hamming():
@@ -65,12 +66,6 @@ def planted():
   group = np.array([int(name[4:]) % 2 for name in fed.names])
   return dict(fed=fed, algorithm=algorithm, model=model, state=state, new=new, metrics=metrics, k_tie=k_tie,
               flat=flat, group=group)
-
-
-def numpy_bce(logits, y, m):
-  z, y, m = (np.asarray(a, np.float64) for a in (logits, y, m))
-  l = np.maximum(z, 0) - z * y + np.log1p(np.exp(-np.abs(z)))
-  return float((l * m).sum() / max(m.sum(), 1))
 
 
 def test_wpfed_round_matches_a_numpy_reimplementation(planted):
