@@ -1,4 +1,5 @@
-"""Metrics in JAX: masked AUROC (ties counted half) and communication accounting (SPEC §3.4)."""
+"""Metrics in JAX: masked AUROC (ties counted half), accuracy, fairness across clients (Jain's index, KL to
+uniform, Lorenz curve, Gini) and communication accounting (SPEC §3.4)."""
 from __future__ import annotations
 
 import jax
@@ -66,3 +67,83 @@ def p2p_round_bytes(num_edges, sent_params: int, bytes_per_param: int = 4):
 def fedavg_reference_bytes(num_clients: int, num_params: int, rounds: int):
   """Denominator of the bandwidth ratio (SPEC §3.4): full-participation fp32 FedAvg over ``rounds``."""
   return float(num_clients) * 2.0 * num_params * 4 * rounds
+
+
+# --- accuracy and fairness across clients (issue 10, item 4; for FBS-FL, SPEC §4.4, and iPFL) ---------------
+
+def accuracy(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
+  """Fraction of one client's masked rows whose arg-max class is the label.
+
+  Args:
+    logits: ``[n, K]`` class scores.
+    labels: ``[n]`` int labels in [0, K).
+    mask: ``[n]`` bool, True on rows to include.
+
+  Returns:
+    A scalar; NaN when no row is masked in (accuracy undefined, as AUROC on one class).
+  """
+  hit = (jnp.argmax(logits, axis=-1) == labels) & mask
+  n = jnp.sum(mask)
+  return jnp.where(n > 0, jnp.sum(hit) / jnp.maximum(n, 1), jnp.nan)
+
+
+batched_accuracy = jax.vmap(accuracy)
+"""Accuracy per client: ``[C, n, K]`` logits, ``[C, n]`` labels and mask → ``[C]``."""
+
+
+def across_clients(values: jax.Array) -> dict:
+  """Mean, worst client and std of a per-client metric ``[C]`` over the clients where it is defined.
+
+  The std is over the federation's clients (ddof = 0: they are the whole population
+  reported, not a sample), as papers 002 and 003 report a "std across clients".
+
+  Returns:
+    ``{"mean", "worst", "std"}`` scalars (NaN when no client is defined).
+  """
+  ok = ~jnp.isnan(values)
+  n = jnp.sum(ok)
+  defined = lambda v: jnp.where(n > 0, v, jnp.nan)
+  mean = jnp.sum(jnp.where(ok, values, 0.0)) / jnp.maximum(n, 1)
+  var = jnp.sum(jnp.where(ok, (values - mean) ** 2, 0.0)) / jnp.maximum(n, 1)
+  return {"mean": defined(mean), "worst": defined(jnp.min(jnp.where(ok, values, jnp.inf))),
+          "std": defined(jnp.sqrt(var))}
+
+
+def jain_index(x: jax.Array) -> jax.Array:
+  """Jain's fairness index J(x) = (Σ_i x_i)² / (N Σ_i x_i²) of non-negative ``x [N]`` (Jain, Chiu & Hawe
+  1984; paper 002's participation fairness). J ∈ [1/N, 1]: 1 when every x_i is equal, 1/N when one client
+  holds everything. Decision: all zeros (no client participated) counts as equal shares, J = 1."""
+  x = jnp.asarray(x, jnp.float32)
+  sq = jnp.sum(x * x)
+  return jnp.where(sq > 0, jnp.sum(x) ** 2 / (x.shape[-1] * jnp.where(sq > 0, sq, 1.0)), 1.0)
+
+
+def kl_to_uniform(x: jax.Array) -> jax.Array:
+  """KL(p ‖ U) = Σ_i p_i log(N p_i) of the shares p = x / Σx of non-negative ``x [N]`` against the uniform
+  distribution, in nats, with 0·log 0 = 0 (paper 002's participation skew). KL ∈ [0, log N]: 0 for equal
+  shares, log N when one client holds everything. Decision: all zeros counts as equal shares, KL = 0."""
+  x = jnp.asarray(x, jnp.float32)
+  total = jnp.sum(x)
+  p = x / jnp.where(total > 0, total, 1.0)
+  terms = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0) * x.shape[-1]), 0.0)
+  return jnp.where(total > 0, jnp.maximum(jnp.sum(terms), 0.0), 0.0)
+
+
+def lorenz_curve(x: jax.Array) -> jax.Array:
+  """The Lorenz curve of non-negative ``x [N]``: ``[N + 1]`` cumulative shares of the total held by the
+  poorest k clients, k = 0 … N (L_0 = 0, L_N = 1). Decision: all zeros gives the line of equality k/N."""
+  x = jnp.sort(jnp.asarray(x, jnp.float32))
+  n = x.shape[-1]
+  total = jnp.sum(x)
+  cum = jnp.concatenate([jnp.zeros((1,), jnp.float32), jnp.cumsum(x)])
+  equality = jnp.arange(n + 1, dtype=jnp.float32) / n
+  return jnp.where(total > 0, cum / jnp.where(total > 0, total, 1.0), equality)
+
+
+def gini(x: jax.Array) -> jax.Array:
+  """Gini coefficient G = Σ_i Σ_j |x_i − x_j| / (2 N² x̄) of non-negative ``x [N]`` (mean absolute
+  difference over twice the mean), computed as 1 − (1/N) Σ_k (L_{k−1} + L_k) from the Lorenz curve, which
+  is the same number: G ∈ [0, 1 − 1/N], 0 for equal shares. Decision: all zeros gives G = 0."""
+  lorenz = lorenz_curve(x)
+  n = lorenz.shape[-1] - 1
+  return jnp.maximum(1.0 - jnp.sum(lorenz[1:] + lorenz[:-1]) / n, 0.0)
