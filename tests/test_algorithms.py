@@ -121,6 +121,16 @@ def feddyn_local_term(params, apply_fn, x, mask, rng, shared, own, hyper):
   return -lin + 0.5 * hyper.dyn_alpha * prox
 
 
+def two_round_setup(name, config, fed, local_term):
+  """The jitted round of ``name``, its initial state and hyperparameters, the reference local trainer on
+  BCE + ``local_term``, and the initial global model in float64."""
+  algorithm, _ = build_method(name, config, fed.num_features)
+  hyper = hyper_from_config(config)
+  state = algorithm.init(jax.random.key(0), fed, hyper)
+  return (jax.jit(algorithm.round), state, hyper, reference_local_models(fed, config, local_term),
+          f64(state.global_params))
+
+
 def test_feddyn_two_rounds_follow_algorithm_1(fed):
   """Two FedDyn rounds against Acar et al. 2021, Algorithm 1 (full participation), computed here:
 
@@ -131,12 +141,7 @@ def test_feddyn_two_rounds_follow_algorithm_1(fed):
   """
   alpha = 0.5
   config = ExperimentConfig(learner=TRAIN, feddyn=type(CONFIG.feddyn)(alpha=alpha))
-  algorithm, _ = build_method("feddyn", config, fed.num_features)
-  hyper = hyper_from_config(config)
-  state = algorithm.init(jax.random.key(0), fed, hyper)
-  step = jax.jit(algorithm.round)
-  reference = reference_local_models(fed, config, feddyn_local_term)
-  theta = f64(state.global_params)
+  step, state, hyper, reference, theta = two_round_setup("feddyn", config, fed, feddyn_local_term)
   g = jax.tree_util.tree_map(lambda a: np.zeros((fed.num_clients,) + a.shape), theta)
   h = jax.tree_util.tree_map(np.zeros_like, theta)
   for t in (1, 2):
@@ -176,12 +181,7 @@ def test_moon_two_rounds_follow_the_model_contrastive_objective(fed):
   starts as the global initialization, so round 1's contrastive term is the constant log 2; round 2 is
   the one where z_prev ≠ z_glob. The MLP has no dropout here: the reference runs every model once."""
   config = ExperimentConfig(learner=dataclasses.replace(TRAIN, dropout=0.0))
-  algorithm, _ = build_method("moon", config, fed.num_features)
-  hyper = hyper_from_config(config)
-  state = algorithm.init(jax.random.key(0), fed, hyper)
-  step = jax.jit(algorithm.round)
-  reference = reference_local_models(fed, config, moon_local_term)
-  theta = f64(state.global_params)
+  step, state, hyper, reference, theta = two_round_setup("moon", config, fed, moon_local_term)
   prev = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (fed.num_clients,) + a.shape), theta)
   for t in (1, 2):
     key = jax.random.key(20 + t)
