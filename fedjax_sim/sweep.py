@@ -2,8 +2,8 @@
 
 ``--sweep key=v1,v2,...`` (repeatable) names a grid: the product of the value
 lists, in the order given, the last key varying fastest. Only numeric settings
-that the compiled program reads as *traced* values (the fields of
-:class:`fedjax_sim.algorithms.registry.Hyper`) can be swept; every grid point ×
+that the compiled program reads as *traced* values (the learner's and each
+method family's declared ``hyper`` fields) can be swept; every grid point ×
 seed then becomes one entry of a leading run axis of a single compiled call.
 Settings that change array shapes or program structure (model widths, rounds,
 κ's slot count beyond the largest swept value, head layers, wire format, goal,
@@ -30,30 +30,18 @@ from typing import Sequence
 from fedjax_sim.config import ExperimentConfig, apply_overrides, valid_keys
 from fedjax_sim.errors import ConfigError
 
-# Config key → the method sections that read it (to resolve short names like "kappa").
-SWEEPABLE = {
-    "learner.learning_rate": "learner",
-    "learner.weight_decay": "learner",
-    "fedprox.mu": "fedprox",
-    "feddyn.alpha": "feddyn",
-    "moon.mu": "moon",
-    "moon.temperature": "moon",
-    "abps.kappa": "abps",
-    "abps.epsilon": "abps",
-    "abps.gamma": "abps",
-    "abps.tau_acc": "abps",
-    "abps.alpha0": "abps",
-    "abps.beta0": "abps",
-    "abps.phi_min": "abps",
-    "abps.phi_max": "abps",
-    "abps.momentum": "abps",
-    "fedavg.server_momentum": "fedavg",
-    "graph.defta_decay": "graph",
-}
-"""Every sweepable key: exactly the config fields :func:`~fedjax_sim.algorithms.registry.hyper_from_config` reads."""
+def sweepable() -> tuple:
+  """Every sweepable key: the learner's traced fields and each method family's declared ``hyper`` fields
+  (:meth:`fedjax_sim.algorithms.spec.MethodSpec.sweepable`), read off the declarations."""
+  from fedjax_sim.algorithms.registry import sweepable_keys
+  return sweepable_keys()
 
-# Keys with a static upper bound: the program is built for the largest swept value.
-STATIC_MAX = ("abps.kappa", "abps.momentum")  # momentum: the stage is built in when the largest β > 0
+
+def static_max() -> tuple:
+  """Keys with a static upper bound: the program is built for the largest swept value (κ's slots; β > 0 builds
+  ABPS's momentum stage)."""
+  from fedjax_sim.algorithms.registry import static_max_keys
+  return static_max_keys()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,28 +60,20 @@ class Sweep:
     return bool(self.keys)
 
 
-def _section_of_method(method: str) -> str:
-  if method.startswith("abps"):
-    return "abps"
-  if method in ("fedavg_pq", "fedavg_x"):
-    return "fedavg"
-  if method in ("defta",):
-    return "graph"
-  return method
-
-
 def resolve_key(key: str, methods: Sequence[str]) -> str:
   """A dotted sweepable key from ``key`` (dotted, or a short field name such as ``kappa``).
 
   Raises:
     ConfigError: unknown key, a key that cannot be swept, or an ambiguous short name.
   """
-  if key in SWEEPABLE:
+  from fedjax_sim.algorithms.registry import sections_of_methods
+  keys = sweepable()
+  if key in keys:
     return key
-  matches = [k for k in SWEEPABLE if k.split(".", 1)[1] == key]
+  matches = [k for k in keys if k.split(".", 1)[1] == key]
   if len(matches) > 1:
-    sections = {_section_of_method(m) for m in methods}
-    matches = [k for k in matches if SWEEPABLE[k] in sections] or matches
+    sections = sections_of_methods(methods)
+    matches = [k for k in matches if k.split(".", 1)[0] in sections] or matches
     if len(matches) > 1:
       raise ConfigError(f"--sweep {key}: ambiguous; write one of {', '.join(matches)}")
   if matches:
@@ -105,8 +85,8 @@ def resolve_key(key: str, methods: Sequence[str]) -> str:
     raise ConfigError(
         f"--sweep {known[0]}: this setting changes array shapes or program structure, so it cannot be swept "
         f"inside one compiled program; run its values as separate experiments with --set {known[0]}=VALUE. "
-        f"Sweepable keys: {', '.join(SWEEPABLE)}")
-  raise ConfigError(f"--sweep: unknown key {key!r}. Sweepable keys: {', '.join(SWEEPABLE)}")
+        f"Sweepable keys: {', '.join(sweepable())}")
+  raise ConfigError(f"--sweep: unknown key {key!r}. Sweepable keys: {', '.join(sweepable())}")
 
 
 def parse_sweep(items: Sequence[str], config: ExperimentConfig) -> Sweep:
@@ -118,7 +98,7 @@ def parse_sweep(items: Sequence[str], config: ExperimentConfig) -> Sweep:
   keys, values = [], []
   for item in items:
     if "=" not in item:
-      raise ConfigError(f"--sweep expects KEY=V1,V2,..., got {item!r}. Sweepable keys: {', '.join(SWEEPABLE)}")
+      raise ConfigError(f"--sweep expects KEY=V1,V2,..., got {item!r}. Sweepable keys: {', '.join(sweepable())}")
     raw_key, raw_vals = item.split("=", 1)
     key = resolve_key(raw_key.strip(), config.methods)
     if key in keys:
@@ -147,7 +127,7 @@ def point_configs(config: ExperimentConfig, sweep: Sweep) -> list:
 
 def structural_config(config: ExperimentConfig, sweep: Sweep) -> ExperimentConfig:
   """The config the program is built from: ``config`` with each static-bounded key at its largest value."""
-  over = {k: max(v) for k, v in zip(sweep.keys, sweep.values) if k in STATIC_MAX}
+  over = {k: max(v) for k, v in zip(sweep.keys, sweep.values) if k in static_max()}
   return apply_overrides(config, over) if over else config
 
 

@@ -8,6 +8,7 @@ costs 1.5× FedAvg.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -15,12 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_client,
                                         require_federation)
 from fedjax_sim.engine.local import bce_with_logits, local_train
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.metrics import p2p_round_bytes
 from fedjax_sim.models import Model, num_params
+from fedjax_sim.settings import at_least, described, setting, within
 
 
 def random_regular_graph(num_nodes: int, degree: int, seed: int, max_tries: int = 1000) -> np.ndarray:
@@ -82,7 +85,7 @@ def _graph_algorithm(name, model, client_update, adj, post, trust0=None) -> Algo
                       trust=jnp.asarray(adj if trust0 is None else trust0, jnp.float32))
 
   def round_fn(key, state, federation, hyper, t):
-    res = local_train(client_update, key, state.params, federation, hyper=hyper, learner=hyper.learner)
+    res = local_train(client_update, key, state.params, federation, hyper=hyper, t=t)
     new_state = post(state, res.params, federation, hyper)
     deg = adj.sum(1)
     metrics = RoundMetrics(bytes=jnp.asarray(p2p_round_bytes(edges, sent), jnp.float32),
@@ -110,7 +113,7 @@ def defta(model: Model, client_update, adj: np.ndarray) -> Algorithm:
 
   Decision (SPEC §3.3 gives the rule, not the constants): after local training,
   receiver i scores each neighbor j's model by its mean BCE ℓ_ij on i's
-  validation split; trust τ_ij ← ρ τ_ij + (1 − ρ) exp(−ℓ_ij) with ρ = ``hyper.defta_decay``
+  validation split; trust τ_ij ← ρ τ_ij + (1 − ρ) exp(−ℓ_ij) with ρ = ``hyper.method.defta_decay``
   (initial trust 1), and θ_i ← Σ_{j ∈ {i} ∪ N(i)} ω_ij θ_j with ω_ij ∝ n_j τ_ij.
   Self-trust τ_ii is updated the same way from ℓ_ii, i's own model's loss, and is
   carried across rounds like every other trust (decision, issue 9 item 11: SPEC
@@ -139,7 +142,7 @@ def defta(model: Model, client_update, adj: np.ndarray) -> Algorithm:
   def post(state, local, federation, hyper):
     rows = jnp.arange(adj.shape[0])[:, None]
     loss = jnp.zeros(a.shape).at[rows, slots].set(jnp.where(slot_ok, val_losses(local, federation), 0.0))
-    rho = hyper.defta_decay
+    rho = hyper.method.defta_decay
     trust = jnp.where(a | eye, rho * state.trust + (1 - rho) * jnp.exp(-loss), 0.0)
     w = trust * federation.n_train[None, :].astype(jnp.float32)
     w = w / jnp.sum(w, axis=1, keepdims=True)
@@ -166,3 +169,30 @@ def check_federation(name: str, config, num_clients: int) -> None:
     raise ConfigError(f"{name} runs on a random {d}-regular peer graph (graph.degree = {d}), which needs at least "
                       f"{d + 1} centers{parity}; the federation has {c}. Set graph.degree = {fits} (the nearest "
                       f"degree that fits)")
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphConfig:
+  """The ``[graph]`` section: the fixed peer graph of DeceFL and DeFTA (SPEC §3.3)."""
+
+  degree: int = setting(3, at_least(1))  # the random regular graph's degree d, ≥ 1; the federation needs C > d
+  # centers, C·d even
+  graph_seed: int = setting(0, described(within(0, 2 ** 32, open_hi=True), "in [0, 2^32)"))  # seed of the graph
+  # (fixed across experiment seeds), in [0, 2³²)
+  defta_decay: float = setting(0.5, within(0, 1, open_hi=True))  # DeFTA trust EMA factor ρ:
+  # τ ← ρτ + (1 − ρ)·exp(−val loss), in [0, 1)
+
+
+@struct.dataclass
+class GraphHyper:
+  defta_decay: jax.Array  # [] DeFTA's trust EMA factor ρ (DeceFL reads nothing)
+
+
+def _build(ctx: BuildContext) -> Algorithm:
+  g = ctx.settings
+  adj = random_regular_graph(ctx.num_clients, g.degree, g.graph_seed)
+  return {"decefl": decefl, "defta": defta}[ctx.name](ctx.model, ctx.client_update, adj)
+
+
+SPECS = (MethodSpec(methods={"decefl": {}, "defta": {}}, build=_build, section="graph", settings=GraphConfig,
+                    hyper=GraphHyper, check_federation=check_federation),)

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from fedjax_sim.algorithms.spec import MethodSpec
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_client,
                                         require_federation)
 from fedjax_sim.data.federation import pooled
@@ -36,7 +37,7 @@ def local_only(model: Model, client_update) -> Algorithm:
     return LocalState(params=broadcast_clients(model.init(key), federation.num_clients))
 
   def round_fn(key, state, federation, hyper, t):
-    res = local_train(client_update, key, state.params, federation, hyper=hyper, learner=hyper.learner)
+    res = local_train(client_update, key, state.params, federation, hyper=hyper, t=t)
     return LocalState(params=res.params), _metrics(res)
 
   return Algorithm(name="local", init=init, round=round_fn, deployed=lambda s: (s.params, True))
@@ -52,7 +53,7 @@ def centralized(model: Model, client_update) -> Algorithm:
     return CentralState(params=model.init(key))
 
   def round_fn(key, state, federation, hyper, t):
-    res = local_train(client_update, key, state.params, federation, hyper=hyper, learner=hyper.learner,
+    res = local_train(client_update, key, state.params, federation, hyper=hyper, t=t,
                       params_stacked=False)
     params = jax.tree_util.tree_map(lambda a: a[0], res.params)
     return CentralState(params=params), _metrics(res, rest=0.0)
@@ -73,3 +74,9 @@ def check_federation(name: str, config, num_clients: int) -> None:
   """
   del config  # no setting changes the minimum
   require_federation(name, num_clients)
+
+
+SPECS = (MethodSpec(methods={"local": {}}, build=lambda ctx: local_only(ctx.model, ctx.client_update),
+                    check_federation=check_federation),
+         MethodSpec(methods={"centralized": {}}, build=lambda ctx: centralized(ctx.model, ctx.client_update),
+                    check_federation=check_federation))

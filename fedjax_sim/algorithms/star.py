@@ -10,15 +10,19 @@ from __future__ import annotations
 from math import prod as math_prod
 from typing import Any
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, tree_sub,
                                         nonfinite_client, require_federation, tree_vdot, weighted_average)
-from fedjax_sim.engine.local import local_train
+from fedjax_sim.engine.local import LocalTerm, local_train
 from fedjax_sim.metrics import mean_defined, star_round_bytes
 from fedjax_sim.models import Model, num_params
+from fedjax_sim.settings import at_least, one_of, positive, setting, within
 
 
 @struct.dataclass
@@ -28,7 +32,7 @@ class StarState:
   server: Any  # server-side extra state (FedDyn: h) or None
 
 
-# --- regularizers: reg(params, apply_fn, x, mask, rng, shared, own, hyper) -------------------------
+# --- regularizers: reg(term: LocalTerm) -> scalar (fedjax_sim.engine.local) -----------------------
 
 
 def sq_dist(a, b) -> jax.Array:
@@ -37,14 +41,14 @@ def sq_dist(a, b) -> jax.Array:
   return tree_vdot(d, d)
 
 
-def fedprox_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
+def fedprox_regularizer(term: LocalTerm) -> jax.Array:
   """FedProx proximal term μ/2 ‖θ − θ_global‖² (Li et al. 2020, eq. 2; SPEC §3.3: μ = 0.01)."""
-  return 0.5 * hyper.prox_mu * sq_dist(params, shared)
+  return 0.5 * term.hyper.method.mu * sq_dist(term.params, term.shared)
 
 
-def feddyn_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
+def feddyn_regularizer(term: LocalTerm) -> jax.Array:
   """FedDyn local objective terms −⟨∇L_k(θ_k^{t−1}), θ⟩ + α/2 ‖θ − θ^{t−1}‖² (Acar et al. 2021, Alg. 1)."""
-  return -tree_vdot(own, params) + 0.5 * hyper.dyn_alpha * sq_dist(params, shared)
+  return -tree_vdot(term.own, term.params) + 0.5 * term.hyper.method.alpha * sq_dist(term.params, term.shared)
 
 
 def _cosine(a, b):
@@ -53,7 +57,7 @@ def _cosine(a, b):
   return jnp.sum(a * b, axis=-1) / jnp.maximum(na * nb, 1e-8)
 
 
-def moon_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
+def moon_regularizer(term: LocalTerm) -> jax.Array:
   """MOON model-contrastive loss μ·ℓ_con (Li, He & Song 2021, eq. 3) on the 64-d representation.
 
   ℓ_con = −log( e^{sim(z, z_glob)/τ} / (e^{sim(z, z_glob)/τ} + e^{sim(z, z_prev)/τ}) ), sim = cosine,
@@ -63,16 +67,17 @@ def moon_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
   model, z_prev from this client's previous local model; the two fixed models run
   without dropout (decision: SPEC is silent). SPEC §3.3: μ = 1, τ = 0.5.
   """
-  _, z = apply_fn(params, x, True, rng)
-  _, z_glob = apply_fn(shared, x, False, None)
-  _, z_prev = apply_fn(own, x, False, None)
+  apply_fn, x, mask = term.apply, term.x, term.mask
+  _, z = apply_fn(term.params, x, True, term.rng)
+  _, z_glob = apply_fn(term.shared, x, False, None)
+  _, z_prev = apply_fn(term.own, x, False, None)
   z_glob = jax.lax.stop_gradient(z_glob)
   z_prev = jax.lax.stop_gradient(z_prev)
-  tau = hyper.moon_temperature
+  tau = term.hyper.method.temperature
   pos = _cosine(z, z_glob) / tau
   neg = _cosine(z, z_prev) / tau
   l_con = -pos + jnp.logaddexp(pos, neg)
-  return hyper.moon_mu * jnp.sum(jnp.where(mask, l_con, 0.0)) / jnp.maximum(jnp.sum(mask), 1.0)
+  return term.hyper.method.mu * jnp.sum(jnp.where(mask, l_con, 0.0)) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
 # --- the family ----------------------------------------------------------------------------------
@@ -88,7 +93,7 @@ def _star(name: str, model: Model, client_update, init_client, post) -> Algorith
 
   def round_fn(key, state, federation, hyper, t):
     res = local_train(client_update, key, state.global_params, federation, shared=state.global_params,
-                      own=state.client, hyper=hyper, learner=hyper.learner, params_stacked=False)
+                      own=state.client, hyper=hyper, t=t, params_stacked=False)
     new_state = post(state, res.params, federation, hyper)
     c = federation.num_clients
     metrics = RoundMetrics(
@@ -136,7 +141,7 @@ def feddyn(model: Model, client_update) -> Algorithm:
     return broadcast_clients(zeros, federation.num_clients), zeros
 
   def post(state, client_params, federation, hyper):
-    alpha = hyper.dyn_alpha
+    alpha = hyper.method.alpha
     delta = jax.tree_util.tree_map(lambda c, g: c - g[None], client_params, state.global_params)
     grads = jax.tree_util.tree_map(lambda g, d: g - alpha * d, state.client, delta)
     mean_delta = weighted_average(delta, federation.n_train)
@@ -181,7 +186,7 @@ def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_b
   Each round the server sends its body (the layers below the ``head_layers``
   personalized ones) through the wire format; client i trains body + its own
   head; the server averages the bodies it receives (n-weighted, after the wire
-  round trip), applies momentum v ← βv + (avg − θ); θ ← θ + v (β = ``hyper.server_momentum``),
+  round trip), applies momentum v ← βv + (avg − θ); θ ← θ + v (β = ``hyper.method.server_momentum``),
   and each client keeps its head. FedAvg+P+Q: 1 head layer, bf16. FedAvg-X: 2 head
   layers, bf16, momentum 0.5, early stopping with patience 10 (SPEC §3.3).
   With no head, fp32 and no momentum this is FedAvg. Bytes: 2·|W_sent|·b per client.
@@ -219,10 +224,10 @@ def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_b
 
   def round_fn(key, state, federation, hyper, t):
     start = compose(jax.tree_util.tree_map(wire, state.global_params), state.local)
-    res = local_train(client_update, key, start, federation, hyper=hyper, learner=hyper.learner)
+    res = local_train(client_update, key, start, federation, hyper=hyper, t=t)
     avg = weighted_average(jax.tree_util.tree_map(wire, res.params), federation.n_train)
     delta = jax.tree_util.tree_map(jnp.subtract, avg, state.global_params)
-    vel = jax.tree_util.tree_map(lambda v, d: hyper.server_momentum * v + d, state.velocity, delta)
+    vel = jax.tree_util.tree_map(lambda v, d: hyper.method.server_momentum * v + d, state.velocity, delta)
     glob = jax.tree_util.tree_map(jnp.add, state.global_params, vel)
     deployed = compose(jax.tree_util.tree_map(wire, glob), res.params)
     val, _ = mean_defined(evaluate(model, deployed, True, federation.x_val, federation.y_val, federation.m_val))
@@ -242,11 +247,11 @@ def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_b
   return Algorithm(name=name, init=init, round=round_fn, deployed=deployed_fn, sent_params=sent_params)
 
 
-def bnn_regularizer(params, apply_fn, x, mask, rng, shared, own, hyper):
+def bnn_regularizer(term: LocalTerm) -> jax.Array:
   """Bayes-by-backprop's complexity cost per example: KL(q ‖ N(0,1)) / n_i (Blundell et al. 2015, eq. 8,
   spread evenly over the ⌈n_i/B⌉ minibatches of an epoch; ``own`` is this client's n_i)."""
   from fedjax_sim.models.bayes import kl_to_standard_normal
-  return kl_to_standard_normal(params) / jnp.maximum(own.astype(jnp.float32), 1.0)
+  return kl_to_standard_normal(term.params) / jnp.maximum(term.own.astype(jnp.float32), 1.0)
 
 
 def bnn_fl(model: Model, client_update) -> Algorithm:
@@ -276,3 +281,108 @@ def check_federation(name: str, config, num_clients: int) -> None:
   """
   del config  # no setting changes the minimum
   require_federation(name, num_clients)
+
+
+# --- declarations (issue 10): config sections, traced hyperparameters, presets ------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FedAvgConfig:
+  """The ``[fedavg]`` section: FedAvg's star-compatible extensions (SPEC §3.3: the FedAvg+P+Q and FedAvg-X
+  presets set these; plain ``fedavg`` reads none of them, it is McMahan et al.'s algorithm)."""
+
+  head_layers: int = setting(0, one_of(0, 1, 2))  # personalized head layers kept on each client: 0, 1 or 2
+  # (≤ len(learner.hidden))
+  wire: str = setting("fp32", one_of("fp32", "bf16"))  # wire format: fp32 or bf16
+  server_momentum: float = setting(0.0, within(0, 1, open_hi=True))  # β of the server momentum on the
+  # aggregation delta, in [0, 1)
+  early_stopping_patience: int = setting(0, at_least(0))  # rounds without a better mean val AUROC before
+  # stopping, ≥ 0 (0 = off)
+
+
+@struct.dataclass
+class FedAvgHyper:
+  server_momentum: jax.Array  # [] β of FedAvg-X's server momentum
+
+
+@dataclasses.dataclass(frozen=True)
+class FedProxConfig:
+  """The ``[fedprox]`` section."""
+
+  mu: float = setting(0.01, at_least(0.0))  # proximal coefficient μ (SPEC §3.3), finite ≥ 0
+
+
+@struct.dataclass
+class FedProxHyper:
+  mu: jax.Array  # [] proximal coefficient μ
+
+
+@dataclasses.dataclass(frozen=True)
+class FedDynConfig:
+  """The ``[feddyn]`` section."""
+
+  alpha: float = setting(0.01, positive())  # dynamic-regularizer coefficient α (SPEC §3.3), finite > 0 (it
+  # divides the server update)
+
+
+@struct.dataclass
+class FedDynHyper:
+  alpha: jax.Array  # [] dynamic-regularizer coefficient α
+
+
+@dataclasses.dataclass(frozen=True)
+class MoonConfig:
+  """The ``[moon]`` section."""
+
+  mu: float = setting(1.0, at_least(0.0))  # weight of the model-contrastive loss (SPEC §3.3), finite ≥ 0
+  temperature: float = setting(0.5, positive())  # contrastive temperature τ (SPEC §3.3), finite > 0
+
+
+@struct.dataclass
+class MoonHyper:
+  mu: jax.Array  # [] weight μ of the contrastive term
+  temperature: jax.Array  # [] contrastive temperature τ
+
+
+def _check_head_layers(section, config) -> None:
+  from fedjax_sim.errors import ConfigError
+  if section.head_layers > len(config.learner.hidden):
+    raise ConfigError(f"fedavg.head_layers must be 0, 1 or 2 (and at most the number of hidden layers), "
+                      f"got {section.head_layers!r}")
+
+
+def _build_fedavg(ctx: BuildContext) -> Algorithm:
+  """``fedavg`` is McMahan et al.'s FedAvg; its presets (fedavg_pq, fedavg_x) add the extensions of ``[fedavg]``."""
+  if ctx.name == "fedavg":
+    return fedavg(ctx.model, ctx.client_update)
+  f = ctx.settings
+  return personalized_fedavg(ctx.model, ctx.client_update, head_layers=f.head_layers, wire_bf16=f.wire == "bf16",
+                             early_stopping_patience=f.early_stopping_patience, name=ctx.name)
+
+
+def _bayesian_model(config, federation):
+  """BNN+FL's mean-field Gaussian version of the task's MLP (no dropout: the weights are the noise)."""
+  from fedjax_sim.models import mlp_model
+  from fedjax_sim.models.bayes import bayesian_mlp
+  return bayesian_mlp(mlp_model(federation.num_features, hidden=config.learner.hidden, dropout=0.0))
+
+
+SPECS = (
+    MethodSpec(methods={"fedavg": {},
+                        "fedavg_pq": {"fedavg.head_layers": 1, "fedavg.wire": "bf16"},
+                        "fedavg_x": {"rounds": 100, "reference_rounds": 50, "fedavg.head_layers": 2,
+                                     "fedavg.wire": "bf16", "fedavg.server_momentum": 0.5,
+                                     "fedavg.early_stopping_patience": 10}},
+               build=_build_fedavg, section="fedavg", settings=FedAvgConfig, hyper=FedAvgHyper,
+               check_federation=check_federation, validate=_check_head_layers),
+    MethodSpec(methods={"fedprox": {}}, build=lambda ctx: fedprox(ctx.model, ctx.client_update), section="fedprox",
+               settings=FedProxConfig, hyper=FedProxHyper, regularizer=fedprox_regularizer,
+               check_federation=check_federation),
+    MethodSpec(methods={"feddyn": {}}, build=lambda ctx: feddyn(ctx.model, ctx.client_update), section="feddyn",
+               settings=FedDynConfig, hyper=FedDynHyper, regularizer=feddyn_regularizer,
+               check_federation=check_federation),
+    MethodSpec(methods={"moon": {}}, build=lambda ctx: moon(ctx.model, ctx.client_update), section="moon",
+               settings=MoonConfig, hyper=MoonHyper, regularizer=moon_regularizer, check_federation=check_federation),
+    MethodSpec(methods={"bnn_fl": {}}, build=lambda ctx: bnn_fl(ctx.model, ctx.client_update),
+               regularizer=bnn_regularizer, model=_bayesian_model, check_federation=check_federation),
+)

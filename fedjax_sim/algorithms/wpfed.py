@@ -24,6 +24,7 @@ distance step of 1), not toward low indices.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -32,11 +33,13 @@ import jax.numpy as jnp
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
+from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_client,
                                         require_federation)
 from fedjax_sim.engine.local import bce_with_logits, local_train
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.models import Model
+from fedjax_sim.settings import at_least, setting, within
 
 
 @struct.dataclass
@@ -105,7 +108,7 @@ def wpfed(model: Model, client_update, *, bits: int = 64, candidates: int = 5, k
   def round_fn(key, state, federation, hyper, t):
     c = federation.num_clients
     k_train, k_tie = jax.random.split(key)
-    res = local_train(client_update, k_train, state.params, federation, hyper=hyper, learner=hyper.learner)
+    res = local_train(client_update, k_train, state.params, federation, hyper=hyper, t=t)
     flat = jax.vmap(lambda p: ravel_pytree(p)[0])(res.params)  # [C, P]
     cand = candidate_sets(k_tie, flat, state.initial, state.projections, candidates)  # [C, M]
     slots = jnp.concatenate([jnp.arange(c)[:, None], cand], axis=1)  # self first
@@ -142,3 +145,26 @@ def check_federation(name: str, config, num_clients: int) -> None:
     raise ConfigError(f"{name} downloads wpfed.candidates = {m} other centers' models per center, so it needs "
                       f"at least {m + 1} centers; the federation has {c}. Lower wpfed.candidates to at most "
                       f"{c - 1}" + (f" (and wpfed.k = {k} with it: k ≤ candidates)" if k > c - 1 else ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class WPFedConfig:
+  """The ``[wpfed]`` section (SPEC §3.3): LSH filtering, then loss-ranked neighbor averaging."""
+
+  bits: int = setting(64, within(1, 4096))  # LSH signature length (random projections of θ_i − θ_0, the change
+  # from the initial model), in [1, 4096]
+  candidates: int = setting(5, at_least(1))  # candidates per center, nearest by Hamming distance (downloaded and
+  # scored), ≥ 1; the federation needs more centers than candidates
+  k: int = setting(3, at_least(1))  # neighbors averaged in, the lowest validation loss among the candidates;
+  # in [1, candidates]
+
+
+def check_settings(w: WPFedConfig, config) -> None:
+  if w.k > w.candidates:
+    raise ConfigError(f"wpfed.k must be in [1, wpfed.candidates], got {w.k!r}")
+
+
+SPECS = (MethodSpec(methods={"wpfed": {}}, section="wpfed", settings=WPFedConfig,
+                    build=lambda ctx: wpfed(ctx.model, ctx.client_update, bits=ctx.settings.bits,
+                                            candidates=ctx.settings.candidates, k=ctx.settings.k),
+                    check_federation=check_federation, validate=check_settings),)

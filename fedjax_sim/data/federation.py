@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Sequence
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -39,27 +39,59 @@ class TrainBucket:
   """
 
   client_idx: jax.Array  # [C_b] int32 positions of these clients on the federation's client axis
-  x: jax.Array  # [C_b, n_b, d] float32 train features, valid rows first
-  y: jax.Array  # [C_b, n_b] float32 train labels
+  x: jax.Array  # [C_b, n_b, ...] train features, valid rows first
+  y: jax.Array  # [C_b, n_b, ...] train labels
   n: jax.Array  # [C_b] int32 number of valid train rows per client
 
 
 @struct.dataclass
+class TrainRows:
+  """Every client's train rows in one flat store, for gathering any K of them (partial participation).
+
+  Built on the host by :func:`with_train_rows`; :func:`fedjax_sim.engine.local.gather_rows` reads it.
+  """
+
+  x: jax.Array  # [R + 1, ...] train features of client 0, then client 1, ...; the last row is zeros (padding)
+  y: jax.Array  # [R + 1, ...] train labels, the same order
+  start: jax.Array  # [C] int32 first row of each client
+  n: jax.Array  # [C] int32 rows of each client
+
+
+@struct.dataclass
+class SharedTest:
+  """A test set every client is scored on (iPFL's reweighted accuracy, LEAF's held-out users; SPEC §5)."""
+
+  x: jax.Array  # [T, ...] features
+  y: jax.Array  # [T] labels
+  class_weights: jax.Array  # [C, K] each client's train label distribution (rows sum to 1)
+
+
+@struct.dataclass
 class Federation:
-  """C clients stacked on axis 0 (SPEC §1). Built by :func:`from_cohorts`."""
+  """C clients stacked on axis 0 (SPEC §1). Built by :func:`from_cohorts` (clinical tables) or
+  :func:`from_partition` (labelled image and text data).
+
+  Features may have any shape (``[d]`` rows, ``[H, W, C]`` uint8 images, ``[L]`` int32 token windows); labels are
+  binary floats (``task = "binary"``), int classes (``multiclass``) or int next tokens ``[L]`` (``next_char``).
+  """
 
   buckets: tuple  # tuple[TrainBucket, ...]; the union of client_idx is 0..C-1
-  x_val: jax.Array  # [C, V, d] validation features (padded)
-  y_val: jax.Array  # [C, V] validation labels
+  x_val: jax.Array  # [C, V, ...] validation features (padded)
+  y_val: jax.Array  # [C, V, ...] validation labels
   m_val: jax.Array  # [C, V] bool, True on real validation rows
-  x_test: jax.Array  # [C, T, d] test features (padded)
-  y_test: jax.Array  # [C, T] test labels
+  x_test: jax.Array  # [C, T, ...] test features (padded)
+  y_test: jax.Array  # [C, T, ...] test labels
   m_test: jax.Array  # [C, T] bool, True on real test rows
   n_train: jax.Array  # [C] int32 train rows per client (aggregation weights)
-  meta_base: jax.Array  # [C, 3] [pos_rate, log n_train, mean_admission_year / 2030] (SPEC §2.1)
-  meta_goal: jax.Array  # [C, 15] meta_base + 12 Charlson prevalences (SPEC §2.1)
   names: tuple = struct.field(pytree_node=False)  # C client names
-  feature_names: tuple = struct.field(pytree_node=False)  # d feature names
+  feature_names: tuple = struct.field(pytree_node=False)  # d feature names (() for images and text)
+  meta_base: Optional[jax.Array] = None  # [C, 3] [pos_rate, log n_train, mean_admission_year / 2030] (SPEC §2.1);
+  # None for data without clinical metadata
+  meta_goal: Optional[jax.Array] = None  # [C, 15] meta_base + 12 Charlson prevalences (SPEC §2.1), or None
+  rows: Optional[TrainRows] = None  # flat train rows (partial participation), added by :func:`with_train_rows`
+  shared_test: Optional[SharedTest] = None  # a test set shared by every client, or None
+  task: str = struct.field(pytree_node=False, default="binary")  # binary, multiclass or next_char
+  num_classes: int = struct.field(pytree_node=False, default=2)  # classes (vocabulary size for next_char)
 
   @property
   def num_clients(self) -> int:
@@ -67,7 +99,12 @@ class Federation:
 
   @property
   def num_features(self) -> int:
-    return len(self.feature_names)
+    return len(self.feature_names) if self.feature_names else int(np.prod(self.feature_shape))
+
+  @property
+  def feature_shape(self) -> tuple:
+    """The shape of one row's features (``(d,)``, ``(28, 28, 1)``, ``(80,)``)."""
+    return tuple(self.x_val.shape[2:])
 
   def padded_step_ratio(self, batch_size: int) -> float:
     """Padded optimizer steps / useful optimizer steps per epoch (1.0 = no waste)."""
@@ -394,3 +431,25 @@ def pooled(federation: Federation) -> Federation:
   bucket = TrainBucket(client_idx=jnp.zeros((1,), jnp.int32), x=jnp.asarray(x), y=jnp.asarray(y),
                        n=jnp.asarray([x.shape[1]], jnp.int32))
   return federation.replace(buckets=(bucket,))
+
+
+def with_train_rows(federation: Federation) -> Federation:
+  """The federation with its flat train-row store (:class:`TrainRows`), built on the host from its buckets.
+
+  Decision: only methods that train a subset of clients per round ask for it
+  (through their ``prepare``), so full-participation runs carry no second copy.
+  """
+  if federation.rows is not None:
+    return federation
+  c = federation.num_clients
+  n = np.asarray(federation.n_train).astype(np.int64)
+  xs, ys = [None] * c, [None] * c
+  for b in federation.buckets:
+    bx, by, bn = np.asarray(b.x), np.asarray(b.y), np.asarray(b.n)
+    for j, i in enumerate(np.asarray(b.client_idx).tolist()):
+      xs[i], ys[i] = bx[j, :bn[j]], by[j, :bn[j]]
+  x = np.concatenate(xs + [np.zeros((1,) + xs[0].shape[1:], xs[0].dtype)])
+  y = np.concatenate(ys + [np.zeros((1,) + ys[0].shape[1:], ys[0].dtype)])
+  start = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int32)
+  return federation.replace(rows=TrainRows(x=jnp.asarray(x), y=jnp.asarray(y), start=jnp.asarray(start),
+                                           n=jnp.asarray(n.astype(np.int32))))

@@ -7,7 +7,7 @@ handful of buckets in all) and scatters the results back onto the client axis.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -15,23 +15,62 @@ import optax
 from flax import struct
 
 from fedjax_sim.data.federation import Federation
+from fedjax_sim.tasks import bce_with_logits  # noqa: F401  (re-exported: DeFTA and WPFed score with it)
 
-# A regularizer adds an algorithm's term to the local loss:
-#   reg(params, apply_fn, x, mask, rng, shared, own, hyper) -> scalar
-# ``rng`` is the dropout key of this batch's training forward pass (the same
-# mask the supervised loss saw).
-# ``shared`` is the same for every client (e.g. the global model), ``own`` is
-# this client's slice of a stacked per-client pytree (e.g. FedDyn's gradient
-# correction, MOON's previous local model).
-Regularizer = Callable[..., jax.Array]
+# A regularizer adds an algorithm's term to the local loss: ``reg(term: LocalTerm) -> scalar``.
+Regularizer = Callable[["LocalTerm"], jax.Array]
+
+
+class LocalTerm(NamedTuple):
+  """What a regularizer sees for one minibatch of one client (issue 10: named, not 8 positional arguments)."""
+
+  params: Any  # the parameters being trained
+  apply: Callable  # the model's ``apply(params, x, train, rng) -> (logits, representation)``
+  x: jax.Array  # [B, ...] the minibatch's features
+  mask: jax.Array  # [B] bool, True on real rows
+  rng: jax.Array  # the dropout key of this batch's training forward pass (the mask the supervised loss saw)
+  shared: Any  # the same for every client (e.g. the round's global model)
+  own: Any  # this client's slice of a stacked per-client pytree (FedDyn's gradient term, MOON's previous model)
+  hyper: Any  # the run's traced hyperparameters (:class:`fedjax_sim.algorithms.spec.Hyper`)
 
 
 @struct.dataclass
 class LearnerHyper:
-  """Traced learner hyperparameters (sweepable without recompiling)."""
+  """Traced learner hyperparameters (sweepable without recompiling); ranges: ``LearnerConfig``."""
 
-  learning_rate: jax.Array  # Adam step size (SPEC §3.1: 1e-3)
-  weight_decay: jax.Array  # L2 coefficient added to the gradient, as torch.optim.Adam(weight_decay=...) (1e-5)
+  learning_rate: jax.Array  # [] step size (Adam, SPEC §3.1: 1e-3; SGD, SPEC §4.5: 0.05); the cosine's start
+  weight_decay: jax.Array  # [] L2 coefficient added to the gradient, as torch.optim's weight_decay
+  momentum: jax.Array  # [] SGD momentum (SPEC §4.5: 0.9); unused by Adam
+  final_learning_rate: jax.Array  # [] the cosine schedule's last-round rate (SPEC §4.5: 0.005)
+
+
+SWEEPABLE_LEARNER = ("learner.learning_rate", "learner.weight_decay", "learner.momentum",
+                     "learner.final_learning_rate")
+"""The learner's sweepable keys: :class:`LearnerHyper`'s fields."""
+
+
+def learner_hyper(learner_config) -> LearnerHyper:
+  f = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+  return LearnerHyper(learning_rate=f(learner_config.learning_rate), weight_decay=f(learner_config.weight_decay),
+                      momentum=f(learner_config.momentum),
+                      final_learning_rate=f(learner_config.final_learning_rate))
+
+
+class ClientData(NamedTuple):
+  """One client's training rows, padded to its bucket's (or slot's) length."""
+
+  x: jax.Array  # [n_pad, ...] features, valid rows first
+  y: jax.Array  # [n_pad, ...] labels
+  n: jax.Array  # [] int32 valid rows
+
+
+class ClientContext(NamedTuple):
+  """What every client of a round shares (``own`` excepted: that one is per client)."""
+
+  shared: Any = None  # the same for every client (e.g. the global model)
+  own: Any = None  # this client's slice of a stacked per-client pytree, or None
+  hyper: Any = None  # the run's traced hyperparameters (``hyper.learner`` drives the optimizer)
+  t: Any = 1  # [] int32 the 1-based round index (the learning-rate schedule reads it)
 
 
 @struct.dataclass
@@ -41,66 +80,60 @@ class ClientResult:
   steps: jax.Array  # [] optimizer steps taken (E * ceil(n / batch), or local_steps)
 
 
-def bce_with_logits(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """Elementwise binary cross-entropy of sigmoid(logits), numerically stable."""
-  return jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))
-
-
-def make_optimizer(hyper: LearnerHyper) -> optax.GradientTransformation:
-  """Adam with coupled weight decay, as ``torch.optim.Adam(lr, weight_decay)`` (paper 000 §6.3)."""
-  return optax.chain(optax.add_decayed_weights(hyper.weight_decay), optax.adam(hyper.learning_rate))
-
-
-def make_client_update(apply_fn: Callable, *, batch_size: int, epochs: int,
-                       local_steps: Optional[int] = None,
+def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optional[int] = None,
                        regularizer: Optional[Regularizer] = None) -> Callable:
-  """Builds ``client_update(key, params, x, y, n, shared, own, hyper, learner) -> ClientResult``.
+  """Builds ``client_update(key, params, data: ClientData, ctx: ClientContext) -> ClientResult``.
 
   Protocol (SPEC §3.1): ``epochs`` passes over the client's ``n`` valid train
   rows in a fresh random order each epoch, minibatches of ``batch_size`` (the
-  last one partial), i.e. ``epochs * ceil(n / batch_size)`` Adam steps. The
+  last one partial), i.e. ``epochs * ceil(n / batch_size)`` optimizer steps. The
   client's rows are padded to ``x.shape[0]`` (its bucket's largest client): the
   scan runs the bucket's step count and this client's surplus steps are masked
   into exact no-ops (parameters and optimizer state unchanged).
 
   With ``local_steps`` set, every client instead takes exactly that many steps,
-  each on a minibatch drawn without replacement from its own valid rows.
+  each on a minibatch drawn without replacement from its own valid rows (iPFL's
+  200 minibatch iterations per round, SPEC §5).
 
   The optimizer state starts fresh every round (decision: SPEC is silent; this
   is what a per-round ``torch.optim.Adam(model.parameters())`` does, and it keeps
-  no per-client optimizer state between rounds).
+  no per-client optimizer state between rounds; iPFL's code rebuilds its SGD
+  every round too, issue 13).
 
   Args:
-    apply_fn: ``apply_fn(params, x, train, rng) -> (logits, representation)``.
-    batch_size: minibatch size (SPEC §3.1: 128).
+    task: the :class:`fedjax_sim.tasks.Task` (model, per-example loss, optimizer and schedule).
+    batch_size: minibatch size (SPEC §3.1: 128; §4.5: 32).
     epochs: local epochs per round (SPEC §3.1: 2).
     local_steps: optional fixed number of steps instead of epochs.
-    regularizer: optional algorithm term added to the mean BCE (see ``Regularizer``).
+    regularizer: optional algorithm term added to the mean loss (see :class:`LocalTerm`).
   """
+  apply_fn, example_loss = task.model.apply, task.loss
 
-  def objective(params, xb, yb, mb, rng, shared, own, hyper):
+  def objective(params, xb, yb, mb, rng, ctx: ClientContext):
     k_drop, _ = jax.random.split(rng)
     logits, _ = apply_fn(params, xb, True, k_drop)
     denom = jnp.maximum(jnp.sum(mb), 1.0)
-    loss = jnp.sum(jnp.where(mb, bce_with_logits(logits, yb), 0.0)) / denom
+    loss = jnp.sum(jnp.where(mb, example_loss(logits, yb), 0.0)) / denom
     if regularizer is not None:
       # The regularizer gets this batch's dropout key: a term that re-runs the model in training
       # mode (MOON's representation) sees the same dropout mask as the supervised loss, i.e. the
       # same forward pass, as in Li et al.'s code (issue 9: it used to get a key of its own).
-      loss = loss + regularizer(params, apply_fn, xb, mb, k_drop, shared, own, hyper)
+      loss = loss + regularizer(LocalTerm(params=params, apply=apply_fn, x=xb, mask=mb, rng=k_drop,
+                                          shared=ctx.shared, own=ctx.own, hyper=ctx.hyper))
     return loss
 
   grad_fn = jax.value_and_grad(objective)
 
-  def client_update(key, params, x, y, n, shared, own, hyper, learner: LearnerHyper) -> ClientResult:
+  def client_update(key, params, data: ClientData, ctx: ClientContext) -> ClientResult:
+    x, y, n = data
     n_pad = x.shape[0]
-    opt = make_optimizer(learner)
+    opt = task.make_optimizer(ctx.hyper.learner, ctx.t)
     opt_state = opt.init(params)
     rows = jnp.arange(n_pad)
 
     def sgd_step(carry, batch_idx, batch_mask, rng, active):
       params, opt_state, loss_sum = carry
-      loss, grads = grad_fn(params, x[batch_idx], y[batch_idx], batch_mask, rng, shared, own, hyper)
+      loss, grads = grad_fn(params, x[batch_idx], y[batch_idx], batch_mask, rng, ctx)
       updates, new_opt_state = opt.update(grads, opt_state, params)
       new_params = optax.apply_updates(params, updates)
       keep = lambda new, old: jnp.where(active, new, old)
@@ -135,10 +168,10 @@ def make_client_update(apply_fn: Callable, *, batch_size: int, epochs: int,
         k_perm, k_step = jax.random.split(skey)
         u = jnp.where(rows < n, jax.random.uniform(k_perm, (n_pad,)), 2.0)
         idx = jnp.argsort(u)[:take]
-        return sgd_step(carry, idx, jnp.arange(take) < n, k_step, jnp.asarray(True)), None
+        return sgd_step(carry, idx, jnp.arange(take) < n, k_step, n > 0), None
 
       (params, _, loss_sum), _ = jax.lax.scan(step, (params, opt_state, 0.0), jax.random.split(key, local_steps))
-      steps = jnp.asarray(local_steps)
+      steps = jnp.where(n > 0, local_steps, 0)
     return ClientResult(params=params, loss=loss_sum / jnp.maximum(steps, 1), steps=steps)
 
   return client_update
@@ -150,8 +183,7 @@ def take_clients(tree, idx):
 
 
 def local_train(client_update: Callable, key: jax.Array, params, federation: Federation, *,
-                shared=None, own=None, hyper=None, learner: LearnerHyper,
-                params_stacked: bool = True) -> ClientResult:
+                shared=None, own=None, hyper=None, t=1, params_stacked: bool = True) -> ClientResult:
   """Runs ``client_update`` on every client, vmapped within each size bucket.
 
   Args:
@@ -162,25 +194,113 @@ def local_train(client_update: Callable, key: jax.Array, params, federation: Fed
     federation: the stacked federation.
     shared: a pytree every client sees (not vmapped).
     own: a ``[C, ...]`` stacked per-client pytree (vmapped), or None.
-    hyper: the algorithm's traced hyperparameters (passed to the regularizer).
-    learner: traced learner hyperparameters.
+    hyper: the run's traced hyperparameters (``hyper.learner`` drives the optimizer; the regularizer sees all).
+    t: the 1-based round index (the learning-rate schedule's).
 
   Returns:
     A :class:`ClientResult` with a leading ``[C]`` axis on every field.
   """
   num_clients = sum(b.client_idx.shape[0] for b in federation.buckets)
   keys = jax.random.split(key, num_clients)
-  p_axis = 0 if params_stacked else None
-  o_axis = None if own is None else 0
-  vmapped = jax.vmap(client_update, in_axes=(0, p_axis, 0, 0, 0, None, o_axis, None, None))
+  vmapped = _vmapped(client_update, params_stacked, own is not None)
   out = None
   for bucket in federation.buckets:  # a few static size groups, not a loop over clients
     idx = bucket.client_idx
     res = vmapped(keys[idx], take_clients(params, idx) if params_stacked else params,
-                  bucket.x, bucket.y, bucket.n, shared, None if own is None else take_clients(own, idx),
-                  hyper, learner)
+                  ClientData(bucket.x, bucket.y, bucket.n),
+                  ClientContext(shared=shared, own=None if own is None else take_clients(own, idx), hyper=hyper, t=t))
     if out is None:
       out = jax.tree_util.tree_map(
           lambda r: jnp.zeros((num_clients,) + r.shape[1:], r.dtype), res)
     out = jax.tree_util.tree_map(lambda o, r: o.at[idx].set(r), out, res)
   return out
+
+
+def _vmapped(client_update: Callable, params_stacked: bool, has_own: bool) -> Callable:
+  """``client_update`` lifted over a leading client axis of keys, data and (where stacked) params and ``own``."""
+  ctx_axes = ClientContext(shared=None, own=0 if has_own else None, hyper=None, t=None)
+  return jax.vmap(client_update, in_axes=(0, 0 if params_stacked else None, ClientData(0, 0, 0), ctx_axes))
+
+
+# --- partial participation (issue 10 item 3) --------------------------------------------------------
+
+
+def selection_plan(n_train, clients_per_round: int, batch_size: int, num_buckets: int) -> tuple:
+  """Static slot groups for training any ``K = clients_per_round`` of the clients (host, at build time).
+
+  The selected clients are sorted by size; the j-th smallest of any K clients has at
+  most as many rows as the (C − K + j)-th smallest of all C, so slot j is padded to
+  that bound. The slot bounds are cut into at most ``num_buckets`` groups the way
+  training buckets are (:func:`fedjax_sim.data.federation.plan_buckets`), so a round
+  costs Σ_j ⌈bound_j / batch⌉ steps: it grows with K, not with C (at most the K largest
+  clients' work, whichever K are selected).
+
+  Returns:
+    ``((slots, rows), ...)``: each group's slot count and padded length, in slot order.
+  """
+  import numpy as np
+
+  from fedjax_sim.data.federation import plan_buckets
+  sizes = np.sort(np.asarray(n_train))
+  k = int(clients_per_round)
+  if not 1 <= k <= len(sizes):
+    raise ValueError(f"clients_per_round must be in [1, {len(sizes)}], got {k}")
+  bounds = sizes[len(sizes) - k:]  # ascending
+  groups = plan_buckets(bounds, batch_size, num_buckets)  # contiguous ranges of the sorted bounds
+  return tuple((len(g), max(1, int(bounds[g].max()))) for g in sorted(groups, key=lambda g: int(g.min())))
+
+
+def gather_rows(rows, clients: jax.Array, length: int) -> ClientData:
+  """``[S, length, ...]`` train rows of ``clients [S]`` from the flat store (:class:`TrainRows`), valid rows first;
+  a client's rows beyond its ``n`` read the store's trailing zero row."""
+  n = rows.n[clients]
+  pos = jnp.arange(length)[None, :]
+  index = jnp.where(pos < n[:, None], rows.start[clients][:, None] + pos, rows.x.shape[0] - 1)
+  return ClientData(rows.x[index], rows.y[index], n)
+
+
+def train_selected(client_update: Callable, key: jax.Array, params, federation: Federation, selected: jax.Array,
+                   plan: tuple, *, shared=None, own=None, hyper=None, t=1, params_stacked: bool = True) -> ClientResult:
+  """Trains only the clients ``selected [K]`` (distinct indices, traced): gather, train, return ``[K]`` results.
+
+  The cost grows with K (the static ``plan`` of :func:`selection_plan`), not with C. Client ``i`` gets the key
+  ``split(key, C)[i]``, as in :func:`local_train`, and padding never changes a client's result (surplus steps are
+  no-ops; with partitionable threefry the row order does not depend on the padded length), so a selected client
+  ends exactly as it would training alone or in a full round. The federation needs its flat train rows
+  (:func:`fedjax_sim.data.federation.with_train_rows`).
+
+  Args:
+    client_update: from :func:`make_client_update`.
+    key: one key for the round's local training.
+    params: ``[C, ...]`` per-client parameters (``params_stacked``) or one model every selected client starts from.
+    federation: the federation (with ``rows``).
+    selected: ``[K]`` int32 client indices.
+    plan: :func:`selection_plan` for this K.
+    shared, own, hyper, t: as in :func:`local_train` (``own`` is ``[C, ...]``: the selected rows are taken).
+
+  Returns:
+    A :class:`ClientResult` with a leading ``[K]`` axis, in the order of ``selected``. Scatter it back with
+    ``x.at[selected].set(result)``.
+  """
+  rows = federation.rows
+  if rows is None:
+    raise ValueError("train_selected needs the federation's flat train rows: prepare it with with_train_rows")
+  num_clients = federation.n_train.shape[0]
+  keys = jax.random.split(key, num_clients)
+  k = selected.shape[0]
+  order = jnp.argsort(federation.n_train[selected], stable=True)  # slot j: the j-th smallest selected client
+  by_size = selected[order]
+  vmapped = _vmapped(client_update, params_stacked, own is not None)
+  parts, offset = [], 0
+  for slots, length in plan:  # a few static slot groups
+    ids = by_size[offset:offset + slots]
+    offset += slots
+    parts.append(vmapped(keys[ids], take_clients(params, ids) if params_stacked else params,
+                         gather_rows(rows, ids, length),
+                         ClientContext(shared=shared, own=None if own is None else take_clients(own, ids),
+                                       hyper=hyper, t=t)))
+  if offset != k:
+    raise ValueError(f"the plan has {offset} slots but {k} clients are selected")
+  sorted_res = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *parts)
+  inverse = jnp.argsort(order)
+  return jax.tree_util.tree_map(lambda a: a[inverse], sorted_res)

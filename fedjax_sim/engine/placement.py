@@ -65,14 +65,20 @@ class Placement:
     return jax.tree_util.tree_map(lambda a: _global_array(a, self._sharding(P())), tree)
 
   def constrain_federation(self, federation):
-    """Inside the program: splits every per-client array of the federation over the devices."""
+    """Inside the program: splits every per-client array of the federation over the devices.
+
+    By leading axis, not by field name (issue 10): each bucket's arrays on their client axis, and every other
+    array whose leading axis is the federation's C. The flat train rows and a shared test set have no client
+    axis: they stay replicated.
+    """
     if self.axis != "clients":
       return federation
-    shard0 = lambda a: jax.lax.with_sharding_constraint(a, self._sharding(P(AXIS)))
-    per_client = ("x_val", "y_val", "m_val", "x_test", "y_test", "m_test", "n_train", "meta_base", "meta_goal")
-    return federation.replace(
-        buckets=tuple(jax.tree_util.tree_map(shard0, b) for b in federation.buckets),
-        **{f: shard0(getattr(federation, f)) for f in per_client})
+    c = federation.num_clients
+    shard0 = lambda a: jax.lax.with_sharding_constraint(a, self._sharding(P(AXIS)))  # noqa: E731
+    by_client = lambda a: shard0(a) if a.ndim >= 1 and a.shape[0] == c else a  # noqa: E731
+    rest = jax.tree_util.tree_map(by_client, federation.replace(buckets=(), rows=None, shared_test=None))
+    return rest.replace(buckets=tuple(jax.tree_util.tree_map(shard0, b) for b in federation.buckets),
+                        rows=federation.rows, shared_test=federation.shared_test)
 
   def constrain_carry(self, carry, num_clients: int):
     """Inside the program: the run axis, or the client axis of the state's per-client leaves."""

@@ -72,14 +72,14 @@ class Outcome:
 
 
 def client_scores(model: Model, params, stacked: bool, x: jax.Array) -> jax.Array:
-  """Logits of the deployed model(s) on ``x [C, n, d]`` (no dropout) → ``[C, n]``."""
+  """Logits of the deployed model(s) on ``x [C, n, ...]`` (no dropout) → ``[C, n, ...]``."""
   apply = lambda p, xc: model.apply(p, xc, False, None)[0]
   return jax.vmap(apply, in_axes=(0 if stacked else None, 0))(params, x)
 
 
-def evaluate(model: Model, params, stacked: bool, x, y, m) -> jax.Array:
-  """Per-client AUROC ``[C]`` of the deployed model(s) on a padded split."""
-  return batched_auroc(client_scores(model, params, stacked, x), y, m)
+def evaluate(model: Model, params, stacked: bool, x, y, m, score: Callable = batched_auroc) -> jax.Array:
+  """Per-client metric ``[C]`` of the deployed model(s) on a padded split (the task's ``score``; default AUROC)."""
+  return score(client_scores(model, params, stacked, x), y, m)
 
 
 def empty_history(rounds: int) -> History:
@@ -106,8 +106,9 @@ class SimParts:
   rounds: int
 
 
-def simulation_parts(algorithm: Algorithm, model: Model, rounds: int) -> SimParts:
-  """The pieces of one run of ``algorithm`` for ``rounds`` rounds (static: the history length)."""
+def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc) -> SimParts:
+  """The pieces of one run of ``algorithm`` for ``rounds`` rounds (static: the history length), scored per client
+  by ``score`` (the task's: AUROC for the clinical task, accuracy for images and text)."""
 
   def start(key, federation: Federation, hyper) -> Carry:
     k_init, k_rounds = jax.random.split(key)
@@ -118,7 +119,8 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int) -> SimPart
   def step(carry: Carry, federation: Federation, hyper, t):
     state, metrics = algorithm.round(carry.round_keys[t - 1], carry.state, federation, hyper, t)
     params, stacked = algorithm.deployed(state)
-    val = mean_defined(evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val))[0]
+    val = mean_defined(evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val,
+                                score))[0]
     # Non-finite loss or parameter: record the first round and client (SPEC §1, issue "numerical faults").
     bad_state, state_client = first_nonfinite_client(state, federation.num_clients)
     reported = jnp.asarray(metrics.nonfinite_client, jnp.int32)
@@ -136,14 +138,14 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int) -> SimPart
 
   def finish(carry: Carry, federation: Federation) -> Outcome:
     params, stacked = algorithm.deployed(carry.state)
-    test = evaluate(model, params, stacked, federation.x_test, federation.y_test, federation.m_test)
-    val = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val)
+    test = evaluate(model, params, stacked, federation.x_test, federation.y_test, federation.m_test, score)
+    val = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val, score)
     return Outcome(state=carry.state, history=carry.history, test_auroc=test, val_auroc=val, fault=carry.fault)
 
   return SimParts(start=start, step=step, finish=finish, rounds=rounds)
 
 
-def make_simulation(algorithm: Algorithm, model: Model, rounds: int):
+def make_simulation(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc):
   """Returns ``simulate(key, federation, hyper) -> Outcome`` for one run (pure, not yet jitted).
 
   Args:
@@ -151,7 +153,7 @@ def make_simulation(algorithm: Algorithm, model: Model, rounds: int):
     model: the evaluated model family (for validation/test scoring).
     rounds: number of rounds R (static: it fixes the scan length).
   """
-  parts = simulation_parts(algorithm, model, rounds)
+  parts = simulation_parts(algorithm, model, rounds, score)
 
   def simulate(key: jax.Array, federation: Federation, hyper) -> Outcome:
     carry = parts.start(key, federation, hyper)

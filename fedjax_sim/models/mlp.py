@@ -59,6 +59,7 @@ class MLP(nn.Module):
 
   hidden: Sequence[int] = (128, 64)
   dropout: float = 0.2
+  outputs: int = 1  # 1: one logit (binary, squeezed); K > 1: K class logits
 
   @nn.compact
   def __call__(self, x: jax.Array, *, train: bool):
@@ -68,13 +69,15 @@ class MLP(nn.Module):
       ``(logit [...], representation [..., hidden[-1]])``; the representation is
       the last hidden layer's ReLU output before dropout (MOON's ``z``).
     """
-    h = x
+    h = x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x
+    if h.ndim > 2:  # images: flattened per row
+      h = h.reshape(h.shape[0], -1)
     for i, width in enumerate(self.hidden):
       h = nn.relu(nn.Dense(width, name=f"hidden_{i}")(h))
       rep = h
       h = HashDropout(self.dropout)(h, deterministic=not train)
-    logit = nn.Dense(1, name="head")(h)[..., 0]
-    return logit, rep
+    logit = nn.Dense(self.outputs, name="head")(h)
+    return (logit[..., 0] if self.outputs == 1 else logit), rep
 
 
 def num_params(params) -> int:

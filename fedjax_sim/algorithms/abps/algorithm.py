@@ -29,10 +29,62 @@ from fedjax_sim.algorithms.abps import pool as pools
 from fedjax_sim.algorithms.abps import posterior, shapley, topology
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_client,
                                         require_federation)
+from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.metrics import auroc, mean_defined, p2p_round_bytes
 from fedjax_sim.models import Model
 from fedjax_sim.models.mlp import bf16_round_trip, head_mask
+from fedjax_sim.settings import at_least, one_of, positive, setting, within
+
+
+@dataclasses.dataclass(frozen=True)
+class ABPSConfig:
+  """The ``[abps]`` section (paper 000 §4, Algorithm 1; SPEC §3.2). Method presets (abps_p, abps_x, ...) set some
+  of these first; ``--set abps.FIELD=...`` is applied after the preset."""
+
+  kappa: int = setting(3, at_least(1))  # κ, the most partners per center, ≥ 1; at most C − 1 and, with pools,
+  # at most pool_size
+  epsilon: float = setting(0.1, within(0, 1))  # ε-greedy swap probability, in [0, 1]
+  gamma: float = setting(1.4142135623730951, within(0, 100))  # UCB exploration weight γ = √2 (SPEC §3.2 step 3),
+  # in [0, 100] (see check_settings)
+  tau_acc: float = setting(0.5, within(0, 1), note="a threshold on the receiver's belief, a probability")
+  # acceptance threshold τ_acc on the receiver's UCB, in [0, 1] (see check_settings)
+  alpha0: float = setting(1.0, positive())  # Beta prior α0, finite > 0
+  beta0: float = setting(1.0, positive())  # Beta prior β0, finite > 0
+  phi_min: float = setting(-0.1)  # Shapley clip range lower end (eq. 5), finite, < phi_max
+  phi_max: float = setting(0.1)  # Shapley clip range upper end (eq. 5), finite, > phi_min
+  goal: str = setting("none", one_of("none", "homogeneity", "diversity", "alignment"))  # goal-aware filter
+  metadata: str = setting("base", one_of("base", "goal"))  # metadata vector: base (3-dim) or goal (15-dim)
+  keep_fraction: float = setting(0.25, within(0, 1, open_lo=True))  # fraction of ordered pairs the goal filter
+  # keeps (τ_sim calibration), in (0, 1]
+  pool_size: int = setting(0, at_least(0))  # candidate pool size M per center, ≥ 0 (0 = every other center, the
+  # paper's C × C beliefs)
+  head_layers: int = setting(0, one_of(0, 1, 2))  # personalized head layers kept local: 0, 1 or 2
+  # (≤ len(learner.hidden))
+  wire: str = setting("fp32", one_of("fp32", "bf16"))  # wire format of sent parameters: fp32 or bf16
+  momentum: float = setting(0.0, within(0, 1, open_hi=True))  # β of the momentum on each center's aggregation
+  # delta (ABPS-X: 0.5), in [0, 1)
+  early_stopping_patience: int = setting(0, at_least(0))  # rounds without a better mean val AUROC before
+  # stopping, ≥ 0 (0 = off)
+  exact_shapley_max: int = setting(5, within(0, 10), note="exact Shapley evaluates 2^κ coalitions")
+  # exact Shapley (2^|P_i| coalitions) for a center with |P_i| ≤ this, else truncated Monte Carlo, per center
+  # (SPEC §3.2 step 7); in [0, 10]
+  tmc_permutations: int = setting(8, within(1, 256))  # B, truncated Monte Carlo permutations, in [1, 256]
+
+
+@struct.dataclass
+class ABPSHyper:
+  """ABPS's traced numbers (ranges: :class:`ABPSConfig`); one compiled program serves any values."""
+
+  kappa: jax.Array  # [] int32 κ, ≤ the static slot count ``ABPSStatic.kappa_max``
+  epsilon: jax.Array  # [] ε-greedy swap probability
+  gamma: jax.Array  # [] UCB exploration weight γ
+  tau_acc: jax.Array  # [] acceptance threshold τ_acc
+  alpha0: jax.Array  # [] Beta prior α0
+  beta0: jax.Array  # [] Beta prior β0
+  phi_min: jax.Array  # [] Shapley clip lower end
+  phi_max: jax.Array  # [] Shapley clip upper end
+  momentum: jax.Array  # [] momentum β on the aggregation delta
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +119,8 @@ class ABPSState:
 def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") -> Algorithm:
   """Builds ABPS with the given structural settings; numeric ones come traced in ``hyper``.
 
-  ``hyper`` fields read here: ``abps_kappa``, ``abps_epsilon``, ``abps_gamma``,
-  ``abps_tau_acc``, ``abps_alpha0``, ``abps_beta0``, ``abps_phi_min``,
-  ``abps_phi_max``, ``abps_momentum``.
+  ``hyper.method`` is an :class:`ABPSHyper` (κ, ε, γ, τ_acc, α0, β0, the clip
+  range and β, traced: a sweep runs them as one program).
 
   Momentum (ABPS-X, β = ``abps_momentum``; SPEC §3.3): a center that aggregated
   this round steps v_i ← β v_i + (agg_i − θ_i); θ_i ← θ_i + v_i, where θ_i is its
@@ -89,7 +140,7 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
   v_i without applying it is a rule neither paper 000 nor SPEC states.
   ``static.momentum = False`` builds the round without the momentum stage; the
   registry does so when ``abps.momentum`` is 0 (and not swept above 0), and
-  ``hyper.abps_momentum`` must then be 0. It keeps the arithmetic of the rows run
+  ``hyper.method.momentum`` must then be 0. It keeps the arithmetic of the rows run
   before issue 9, θ_i + (0·v_i + (agg_i − θ_i)): the same rule as the stage at
   β = 0, and bitwise the same compiled program (the stage's masks change no value
   at β = 0 but change XLA's fusion, and so the float rounding).
@@ -117,7 +168,7 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     zeros = jnp.zeros(pool.index.shape, jnp.float32)  # [C, M]
     return ABPSState(
         params=params, velocity=jax.tree_util.tree_map(jnp.zeros_like, params),
-        alpha=zeros + hyper.abps_alpha0, beta=zeros + hyper.abps_beta0, pulls=zeros, pool=pool,
+        alpha=zeros + hyper.method.alpha0, beta=zeros + hyper.method.beta0, pulls=zeros, pool=pool,
         early=early_stop.init(params, static.early_stopping_patience))
 
   def val_auroc(flat_params, x, y, m):
@@ -130,14 +181,14 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     n = federation.n_train.astype(jnp.float32)
 
     # 1. Local training of every center's model.
-    res = local_train(client_update, k_train, state.params, federation, hyper=hyper, learner=hyper.learner)
+    res = local_train(client_update, k_train, state.params, federation, hyper=hyper, t=t)
     theta = jax.vmap(lambda p: ravel_pytree(p)[0])(res.params)  # [C, P]
 
     # 2–5. UCB ranking over the goal-filtered candidates of each pool, then propose–reject.
-    ucb = posterior.ucb_scores(state.alpha, state.beta, state.pulls, t, hyper.abps_gamma)  # [C, M]
-    ucb_prior = posterior.ucb_scores(hyper.abps_alpha0, hyper.abps_beta0, 0.0, t, hyper.abps_gamma)
-    kappa = jnp.minimum(hyper.abps_kappa, k)
-    partners = topology.propose_reject(k_topo, ucb, state.pool, kappa, hyper.abps_tau_acc, hyper.abps_epsilon,
+    ucb = posterior.ucb_scores(state.alpha, state.beta, state.pulls, t, hyper.method.gamma)  # [C, M]
+    ucb_prior = posterior.ucb_scores(hyper.method.alpha0, hyper.method.beta0, 0.0, t, hyper.method.gamma)
+    kappa = jnp.minimum(hyper.method.kappa, k)
+    partners = topology.propose_reject(k_topo, ucb, state.pool, kappa, hyper.method.tau_acc, hyper.method.epsilon,
                                        ucb_prior, k)
     idx, valid = partners.index, partners.valid  # [C, k]
 
@@ -160,7 +211,7 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
 
     # 8. Clipped Beta update on the observed partners that are in the observer's pool
     # (a partner outside it leaves no belief to update; see the module docstring).
-    phi_bar = posterior.clip_utility(phi, hyper.abps_phi_min, hyper.abps_phi_max)
+    phi_bar = posterior.clip_utility(phi, hyper.method.phi_min, hyper.method.phi_max)
     rows = jnp.arange(c)[:, None]
     kept = valid & (partners.pool_slot >= 0)
     at = jnp.where(kept, partners.pool_slot, state.alpha.shape[1])  # out of range: dropped
@@ -171,7 +222,7 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
     # Momentum on the aggregation delta (ABPS-X): v ← βv + (agg − θ); θ ← θ + v, for a center that
     # aggregated. A resting center keeps v and its local model (see the ``abps`` docstring).
     vel = jax.vmap(lambda p: ravel_pytree(p)[0])(state.velocity)
-    step = hyper.abps_momentum * vel + (new_flat - theta)
+    step = hyper.method.momentum * vel + (new_flat - theta)
     if static.momentum:
       rest = (partners.degree == 0)[:, None]
       new_flat = theta + jnp.where(rest, new_flat - theta, step)  # resting: agg − θ, agg = θ up to rounding
@@ -224,3 +275,54 @@ def check_federation(name: str, config, num_clients: int) -> None:
   if 0 < a.pool_size < a.kappa:
     raise ConfigError(f"{name}: abps.kappa = {a.kappa} exceeds abps.pool_size = {a.pool_size}: a center takes "
                       f"partners only from its pool; lower abps.kappa or raise abps.pool_size")
+
+
+def check_settings(a: ABPSConfig, config) -> None:
+  """Ranges that involve two fields or another section.
+
+  Decision (issue 9): ``abps.tau_acc`` ∈ [0, 1]. τ_acc thresholds the receiver's
+  belief about a success probability; the UCB is at least the posterior mean,
+  which lies in (0, 1), so τ_acc = 0 accepts every proposer. Above 1 the
+  threshold could be met only through the exploration bonus (acceptance would
+  reward how rarely a peer was seen, not its credit), and with γ = 0 it rests
+  every center. ``abps.gamma`` ∈ [0, 100]: at γ = 100 the bonus already outweighs
+  any posterior mean for far more rounds than a run has; a larger γ is a typo.
+  """
+  from fedjax_sim.errors import ConfigError
+  if not a.phi_max > a.phi_min:
+    raise ConfigError(f"abps.phi_max must be greater than abps.phi_min = {a.phi_min!r}, got {a.phi_max!r}")
+  if a.head_layers > len(config.learner.hidden):
+    raise ConfigError(f"abps.head_layers must be 0, 1 or 2 (and at most the number of hidden layers), "
+                      f"got {a.head_layers!r}")
+
+
+def build(ctx: BuildContext) -> Algorithm:
+  """ABPS under ``ctx.settings`` (structural fields closed over, numeric ones traced in ``hyper.method``)."""
+  a = ctx.settings
+  static = ABPSStatic(kappa_max=a.kappa, goal=a.goal, metadata=a.metadata, keep_fraction=a.keep_fraction,
+                      pool_size=a.pool_size, head_layers=a.head_layers, wire_bf16=a.wire == "bf16",
+                      early_stopping_patience=a.early_stopping_patience, exact_shapley_max=a.exact_shapley_max,
+                      tmc_permutations=a.tmc_permutations, momentum=a.momentum > 0)
+  return abps(ctx.model, ctx.client_update, static, name=ctx.name)
+
+
+# ABPS rows of paper 000 Table 1 (SPEC §3.3) as presets over the ``abps`` section.
+_PQ = {"abps.head_layers": 1, "abps.wire": "bf16"}
+_PQK1 = {**_PQ, "abps.kappa": 1}
+PRESETS = {
+    "abps": {},
+    "abps_p": {"abps.head_layers": 1},
+    "abps_q": {"abps.wire": "bf16"},
+    "abps_pq_k1": _PQK1,
+    "abps_pq_k1_hom": {**_PQK1, "abps.goal": "homogeneity", "abps.metadata": "goal"},
+    "abps_pq_k1_div": {**_PQK1, "abps.goal": "diversity", "abps.metadata": "goal"},
+    "abps_pq_k1_ali": {**_PQK1, "abps.goal": "alignment", "abps.metadata": "goal"},
+    "abps_x": {"rounds": 100, "reference_rounds": 50, "abps.kappa": 1, "abps.wire": "bf16", "abps.head_layers": 2,
+               "abps.goal": "homogeneity", "abps.metadata": "goal", "abps.momentum": 0.5,
+               "abps.early_stopping_patience": 10},
+}
+
+# κ sizes the partner slots and β > 0 builds the momentum stage: a sweep builds the program for the largest value.
+SPECS = (MethodSpec(methods=PRESETS, build=build, section="abps", settings=ABPSConfig, hyper=ABPSHyper,
+                    static_max=("kappa", "momentum"), check_federation=check_federation,
+                    validate=check_settings),)
