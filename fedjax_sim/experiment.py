@@ -78,6 +78,9 @@ def build_federation(config: ExperimentConfig, warn: Callable[[str], None] = pri
       with one value in every row, or no center with both classes in its test split (SPEC §3.1:
       such a center's AUROC is undefined), so every AUROC would be undefined.
   """
+  from fedjax_sim.data.labeled import IMAGE_TEXT_SOURCES, labeled_federation
+  if config.data.source in IMAGE_TEXT_SOURCES:
+    return labeled_federation(config)
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     cohorts = load_cohorts(config.data)
@@ -143,6 +146,7 @@ class MethodRun:
   compile_s: float
   run_s: float
   traces: int
+  metric: str = "auroc"  # the task's per-client metric
 
 
 def _stack(trees):
@@ -186,6 +190,7 @@ class PreparedMethod:
   hyper: Any
   bar: Optional[Progress]
   traces: dict
+  metric: str = "auroc"  # the task's per-client metric (summary keys: auroc_mean, accuracy_mean, ...)
 
   @property
   def runs(self) -> int:
@@ -232,12 +237,12 @@ class PreparedMethod:
     check_faults(name, out.fault, self.seeds, options.sweep, self.federation, options.checkpoints,
                  self.algorithm.federated)
     summary, per_seed = summarize_grid(name, self.points, options.sweep, self.federation, self.model,
-                                       self.algorithm, out)
+                                       self.algorithm, out, metric=self.metric)
     placement = self.program.placement
     summary["timing"] = {"compile_s": compiled.compile_s, "run_s": run_s, "devices": placement.num_devices,
                          "sharded_axis": placement.axis, "traces": self.traces["n"]}
     summary["preset"] = dict(preset(name))
-    return MethodRun(name, summary, per_seed, compiled.compile_s, run_s, self.traces["n"])
+    return MethodRun(name, summary, per_seed, compiled.compile_s, run_s, self.traces["n"], self.metric)
 
 
 @dataclasses.dataclass
@@ -278,13 +283,14 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
 
   traces = {"n": 0}
   bar = Progress(name, static.rounds, runs) if options.progress else None
-  parts = simulation_parts(algorithm, model, static.rounds, task_for(static, federation).score)
+  task = task_for(static, federation)
+  parts = simulation_parts(algorithm, model, static.rounds, task.score, task.score_rows)
   program = Program(parts, hyper_batched=bool(options.sweep), placement=placement,
                     chunk=options.checkpoint_every or None, on_round=bar.on_round if bar else None,
                     on_trace=lambda: traces.__setitem__("n", traces["n"] + 1))
   return PreparedMethod(name=name, options=options, federation=federation, points=points, seeds=seeds,
                         algorithm=algorithm, model=model, program=program, keys=keys, fed=fed, hyper=hyper,
-                        bar=bar, traces=traces)
+                        bar=bar, traces=traces, metric=task.metric)
 
 
 def run_method(name: str, config: ExperimentConfig, federation: Federation,
@@ -433,16 +439,16 @@ def reference_rounds(config: ExperimentConfig, name: str) -> int:
 
 
 def summarize_grid(name, points, sweep: Sweep, federation, model, algorithm, out,
-                   warn: Optional[Callable[[str], None]] = None):
+                   warn: Optional[Callable[[str], None]] = None, metric: str = "auroc"):
   """Summary entry of a method: as :func:`summarize` without a sweep; with one, a ``grid`` list of
   :func:`summarize` entries, each with its ``point`` (run ``g * S + s`` is point g, seed s)."""
   if not sweep:
-    return summarize(name, points[0], federation, model, algorithm, out, warn)
+    return summarize(name, points[0], federation, model, algorithm, out, warn, metric)
   s = len(points[0].seeds)
   grid, records = [], []
   for g, (point, cfg) in enumerate(zip(sweep.points, points)):
     part = jax.tree_util.tree_map(lambda a: a[g * s:(g + 1) * s], out)
-    entry, per_seed = summarize(name, cfg, federation, model, algorithm, part, warn)
+    entry, per_seed = summarize(name, cfg, federation, model, algorithm, part, warn, metric)
     grid.append({"point": point, **entry})
     records += [{"grid_point": g, "point": point, **r} for r in per_seed]
   return {"sweep": {"keys": list(sweep.keys), "values": [list(v) for v in sweep.values],
@@ -511,7 +517,37 @@ def small_test_warning(report: dict, num_clients: int) -> Optional[str]:
           "steadier figures")
 
 
-def summarize(name, config, federation, model, algorithm, out, warn: Optional[Callable[[str], None]] = None):
+def _declared(name: str, extra, seed: int, active) -> dict:
+  """Seed ``seed``'s summary entries from its method family's declared reduction of ``RoundMetrics.extra``."""
+  from fedjax_sim.algorithms.registry import spec_of
+  reduce = spec_of(name).metrics if name in _known_methods() else None
+  if reduce is None or extra is None:
+    return {}
+  return reduce(jax.tree_util.tree_map(lambda a: np.asarray(a)[seed], extra), active)
+
+
+def _known_methods() -> tuple:
+  from fedjax_sim.algorithms.registry import METHODS
+  return METHODS
+
+
+def _client_spread(metric: str, values, ok) -> dict:
+  """Across-client spread of one seed's per-client metric: worst client and std (SPEC §4.4), for accuracy tasks.
+
+  Decision: the clinical AUROC rows keep paper 000's mean over centers only (their per-seed records are unchanged
+  by issue 10); accuracy tasks report the mean, the worst client and the std across clients (ddof = 0: the
+  clients are the whole population, not a sample; :func:`fedjax_sim.metrics.across_clients`).
+  """
+  if metric == "auroc":
+    return {}
+  v = np.asarray(values, np.float64)[ok]
+  if v.size == 0:
+    return {f"{metric}_worst": float("nan"), f"{metric}_client_std": float("nan")}
+  return {f"{metric}_worst": float(v.min()), f"{metric}_client_std": float(v.std())}
+
+
+def summarize(name, config, federation, model, algorithm, out, warn: Optional[Callable[[str], None]] = None,
+              metric: str = "auroc"):
   """Turns device outputs ``[S, ...]`` into the summary entry and per-seed records.
 
   The entry holds the mean and the sample std (ddof = 1, :func:`sample_std`) over seeds,
@@ -521,7 +557,7 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
   fewer than :data:`SMALL_TEST_ROWS` test rows, ``warn`` gets one ``warning: ...`` line
   (default: stderr, once per federation).
   """
-  test = np.asarray(out.test_auroc, np.float64)  # [S, C]
+  test = np.asarray(out.test_auroc, np.float64)  # [S, C] the task's metric per client (AUROC or accuracy)
   m = out.history.metrics
   bytes_ = np.asarray(m.bytes, np.float64).sum(axis=1)  # [S]
   active = np.asarray(m.active, np.float64)  # [S, R]
@@ -539,25 +575,31 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
     act = active[s] > 0
     per_seed.append({
         "seed": int(seed),
-        "auroc": float(test[s][ok].mean()) if ok.any() else float("nan"),
+        metric: float(test[s][ok].mean()) if ok.any() else float("nan"),
+        **_client_spread(metric, test[s], ok),
+        **_declared(name, m.extra, s, active[s]),
         "excluded_centers": int((~ok).sum()),
         "bytes": float(bytes_[s]) if algorithm.federated else None,
         "bandwidth_ratio": float(bytes_[s] / ref) if algorithm.federated else None,
         "rest_fraction": float(rest[s][act].mean()) if act.any() else 0.0,
         "mean_partners": float(partners[s][act].mean()) if act.any() else 0.0,
         "rounds_run": int(act.sum()),
-        "val_auroc_curve": [float(v) for v in val_curve[s]],
-        "test_auroc_per_center": [None if np.isnan(v) else float(v) for v in test[s]],
+        f"val_{metric}_curve": [float(v) for v in val_curve[s]],
+        f"test_{metric}_per_center": [None if np.isnan(v) else float(v) for v in test[s]],
     })
-  aurocs = np.array([r["auroc"] for r in per_seed])
+  scores = np.array([r[metric] for r in per_seed])
   split = scored_centers_report(federation, test)
   line = small_test_warning(split, federation.num_clients)
   if line is not None:
     (warn or (lambda m: _warn_once(federation, m)))(line)
+  declared = {k: float(np.mean([r[k] for r in per_seed])) for k in _declared(name, m.extra, 0, active[0])
+              if isinstance(per_seed[0][k], float)}
   summary = {
       "seeds": [int(s) for s in config.seeds],
-      "auroc_mean": float(np.mean(aurocs)),
-      "auroc_std": sample_std(aurocs),
+      **declared,
+      f"{metric}_mean": float(np.mean(scores)),
+      f"{metric}_std": sample_std(scores),
+      **{f"{k}_mean": float(np.mean([r[k] for r in per_seed])) for k in _client_spread(metric, test[0], ~np.isnan(test[0]))},
       "std": STD_KIND,
       "bandwidth_ratio": float(np.mean([r["bandwidth_ratio"] for r in per_seed])) if algorithm.federated else None,
       "bytes": float(np.mean(bytes_)) if algorithm.federated else None,
@@ -567,7 +609,7 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
       "excluded_centers": int(max(r["excluded_centers"] for r in per_seed)),
       **split,
       "bandwidth_reference": {"rounds": r_ref, "bytes": ref, "params": p},
-      "per_seed": [{k: v for k, v in r.items() if k not in ("val_auroc_curve", "test_auroc_per_center")}
+      "per_seed": [{k: v for k, v in r.items() if k not in (f"val_{metric}_curve", f"test_{metric}_per_center")}
                    for r in per_seed],
   }
   return summary, per_seed

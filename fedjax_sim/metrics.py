@@ -147,3 +147,25 @@ def gini(x: jax.Array) -> jax.Array:
   lorenz = lorenz_curve(x)
   n = lorenz.shape[-1] - 1
   return jnp.maximum(1.0 - jnp.sum(lorenz[1:] + lorenz[:-1]) / n, 0.0)
+
+
+def participation_fairness(extra: dict, active) -> dict:
+  """Participation fairness of one run (SPEC §4.4): Jain's index, KL to uniform and the Gini coefficient of the
+  cumulative participation counts Σ_t z_t (the frequencies p̄_T, not an EMA), and their Lorenz curve.
+
+  Args:
+    extra: the run's ``RoundMetrics.extra`` history; ``extra["participation"]`` is ``[R, C]`` 0/1.
+    active: ``[R]`` 1.0 for rounds that ran.
+
+  Returns:
+    ``{participation_jain, participation_kl_uniform, participation_gini, participation_lorenz}`` (the Lorenz curve
+    as a list of C + 1 shares), or ``{}`` when the run recorded no participation.
+  """
+  import numpy as np
+  if not extra or "participation" not in extra:
+    return {}
+  z = np.asarray(extra["participation"], np.float64) * (np.asarray(active, np.float64)[:, None] > 0)
+  counts = jnp.asarray(z.sum(axis=0), jnp.float32)
+  return {"participation_jain": float(jain_index(counts)), "participation_kl_uniform": float(kl_to_uniform(counts)),
+          "participation_gini": float(gini(counts)),
+          "participation_lorenz": [float(v) for v in np.asarray(lorenz_curve(counts))]}

@@ -130,6 +130,16 @@ def _fmt(v, spec):
 
 RESULTS_COLUMNS = ("method", "AUROC (mean ± std)", "bandwidth ratio", "rest fraction", "E|P_i|",
                    "centers scored", "median test rows", "compile s", "run s")
+METRIC_LABELS = {"auroc": "AUROC", "accuracy": "accuracy"}
+
+
+def _metric_of(methods: dict) -> str:
+  """The task metric of summary entries (``auroc`` unless an entry holds ``accuracy_mean``)."""
+  for m in methods.values():
+    for e in m.get("grid", [m]):
+      if "accuracy_mean" in e:
+        return "accuracy"
+  return "auroc"
 
 
 def results_table(summary: dict) -> str:
@@ -143,16 +153,24 @@ def results_table(summary: dict) -> str:
   from fedjax_sim.report import format_mean_std, format_ratio, markdown_cell
   from fedjax_sim.sweep import point_label
   row = lambda cells: "| " + " | ".join(markdown_cell(c) for c in cells) + " |"  # noqa: E731
-  rows = [row(RESULTS_COLUMNS), row(["---"] * len(RESULTS_COLUMNS))]
+  metric = summary.get("metric", "auroc")
+  spread = metric != "auroc"  # accuracy tasks: the worst client and the std across clients too (SPEC §4.4)
+  columns = list(RESULTS_COLUMNS)
+  columns[1] = f"{METRIC_LABELS.get(metric, metric)} (mean ± std)"
+  if spread:
+    columns[2:2] = ["worst client", "std across clients"]
+  rows = [row(columns), row(["---"] * len(columns))]
   clients = summary.get("federation", {}).get("clients")
   for name, m in summary["methods"].items():
     timing = m["timing"]
     entries = [(name, m)] if "grid" not in m else [(f"{name} [{point_label(e['point'])}]", e) for e in m["grid"]]
     for label, e in entries:
       scored = _fmt(e.get("centers_scored"), "d") + (f"/{clients}" if clients is not None else "")
-      rows.append(row([label, format_mean_std(e["auroc_mean"], e["auroc_std"]), format_ratio(e["bandwidth_ratio"]),
-                       f"{e['rest_fraction']:.2f}", f"{e['mean_partners']:.2f}", scored,
-                       _fmt(e.get("median_test_rows"), "g"), f"{timing['compile_s']:.1f}",
+      extra = ([_fmt(e.get(f"{metric}_worst_mean"), ".3f"), _fmt(e.get(f"{metric}_client_std_mean"), ".3f")]
+               if spread else [])
+      rows.append(row([label, format_mean_std(e[f"{metric}_mean"], e[f"{metric}_std"])] + extra +
+                      [format_ratio(e["bandwidth_ratio"]), f"{e['rest_fraction']:.2f}", f"{e['mean_partners']:.2f}",
+                       scored, _fmt(e.get("median_test_rows"), "g"), f"{timing['compile_s']:.1f}",
                        f"{timing['run_s']:.1f}"]))
   return "\n".join(rows)
 
@@ -312,7 +330,7 @@ def main(argv=None) -> int:
       log(f"[fedjax_sim] checkpoints every {every} rounds in {ckpt.dir} (continue with --resume {ckpt.dir})")
     methods, per_seed = {}, {}
     runs = len(config.seeds) * max(1, len(sweep.points))
-    pending = []
+    pending, runs_metric = [], None
     for name in config.methods:
       record = ckpt.done(name) if ckpt is not None else None
       if record is not None:
@@ -322,12 +340,15 @@ def main(argv=None) -> int:
         pending.append(name)
     for run in run_methods(pending, config, federation, options, workers):
       name = run.name
+      runs_metric = run.metric
       what = f"{len(config.seeds)} seeds" + (f" × {len(sweep.points)} grid points" if sweep else "")
       head = ""
       if not sweep:  # a sweep's entry is a grid; its table shows every point
-        std = run.summary["auroc_std"]  # NaN with one seed (sample std)
+        std = run.summary[f"{run.metric}_std"]  # NaN with one seed (sample std)
         spread = f" ± {std:.4f}" if std == std else " (one seed)"
-        head = f"AUROC {run.summary['auroc_mean']:.4f}{spread}; "
+        worst = run.summary.get(f"{run.metric}_worst_mean")
+        head = (f"{METRIC_LABELS.get(run.metric, run.metric)} {run.summary[f'{run.metric}_mean']:.4f}{spread}"
+                + (f", worst client {worst:.4f}" if worst is not None else "") + "; ")
       log(f"[fedjax_sim] {name}: {head}{what} in one compiled "
           f"{'chunk program' if every else 'call'} ({run.traces} trace); "
           f"compile {run.compile_s:.1f} s, run {run.run_s:.2f} s "
@@ -337,10 +358,12 @@ def main(argv=None) -> int:
       if ckpt is not None and jax.process_index() == 0:
         ckpt.mark_done(name, {"summary": methods[name], "per_seed": per_seed[name]})
     methods = {name: methods[name] for name in config.methods}  # the config's order
+    metric = runs_metric or _metric_of(methods)
     wall_s = time.perf_counter() - t0
     summary = _json_safe({
         "schema_version": SCHEMA_VERSION,
         "experiment": config.name,
+        "metric": metric,
         "config": dataclasses.asdict(config),
         "sweep": {"keys": list(sweep.keys), "values": [list(v) for v in sweep.values]} if sweep else None,
         "federation": {"clients": federation.num_clients, "features": federation.num_features,

@@ -30,6 +30,13 @@ def numpy_bce(logits, y, m) -> float:
   return float((loss * m).sum() / max(m.sum(), 1))
 
 
+def with_method(hyper, **fields):
+  """``hyper`` with some of its method's traced numbers replaced (``hyper.method`` is the family's struct)."""
+  import jax.numpy as jnp
+  cast = {k: jnp.asarray(v, getattr(hyper.method, k).dtype) for k, v in fields.items()}
+  return hyper.replace(method=hyper.method.replace(**cast))
+
+
 @pytest.fixture
 def tiny_cohorts():
   return make_cohorts()

@@ -12,7 +12,8 @@ from fedjax_sim.data.federation import from_cohorts
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.engine.simulate import make_simulation, simulation_parts
 from fedjax_sim.models import num_params
-from tests.conftest import make_cohorts
+from fedjax_sim.tasks import binary_task
+from tests.conftest import make_cohorts, with_method
 
 BASE = ExperimentConfig(learner=LearnerConfig(hidden=(16, 8), batch_size=32, local_epochs=1))
 
@@ -26,8 +27,8 @@ def fed():
 def setup(name, fed, **abps):
   config = config_for_method(BASE, preset(name))
   config = dataclasses.replace(config, abps=dataclasses.replace(config.abps, **abps))
-  algorithm, model = build_method(name, config, fed.num_features)
-  hyper = hyper_from_config(config)
+  algorithm, model = build_method(name, config, fed)
+  hyper = hyper_from_config(config, name)
   state = algorithm.init(jax.random.key(0), fed, hyper)
   return algorithm, model, hyper, state
 
@@ -37,32 +38,32 @@ def test_round_accounting_and_resting(fed):
   step = jax.jit(algorithm.round)
   total = num_params(jax.tree_util.tree_map(lambda a: a[0], state.params))
   # τ_acc = 0: every proposal to a peer with room is accepted.
-  s1, m1 = step(jax.random.key(1), state, fed, hyper.replace(abps_tau_acc=jnp.float32(0.0)), jnp.int32(1))
+  s1, m1 = step(jax.random.key(1), state, fed, with_method(hyper, tau_acc=0.0), jnp.int32(1))
   deg = float(m1.mean_partners) * fed.num_clients
   assert float(m1.bytes) == pytest.approx(deg / 2 * 2 * total * 4)  # 2·|W|·4 per undirected edge
   assert float(m1.rest_fraction) == 0.0 and float(m1.mean_partners) > 2.0
   assert int(s1.pulls.sum()) == int(deg)  # one Beta observation per (center, partner)
   np.testing.assert_allclose(np.asarray(s1.alpha + s1.beta - 2.0), np.asarray(s1.pulls), atol=1e-6)
   # τ_acc above every UCB: everyone rests, 0 bytes, models are just the local updates.
-  s2, m2 = step(jax.random.key(1), state, fed, hyper.replace(abps_tau_acc=jnp.float32(9.0)), jnp.int32(1))
+  s2, m2 = step(jax.random.key(1), state, fed, with_method(hyper, tau_acc=9.0), jnp.int32(1))
   assert float(m2.bytes) == 0.0 and float(m2.rest_fraction) == 1.0 and int(s2.pulls.sum()) == 0
   k_train = jax.random.split(jax.random.key(1), 3)[0]
-  local = local_train(algorithm_client_update(model), k_train, state.params, fed, hyper=hyper, learner=hyper.learner)
+  local = local_train(algorithm_client_update(model), k_train, state.params, fed, hyper=hyper)
   for a, b in zip(jax.tree_util.tree_leaves(s2.params), jax.tree_util.tree_leaves(local.params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
 def algorithm_client_update(model):
   from fedjax_sim.engine.local import make_client_update
-  return make_client_update(model.apply, batch_size=32, epochs=1)
+  return make_client_update(binary_task(model), batch_size=32, epochs=1)
 
 
 def test_personalized_heads_stay_local_and_bf16_halves_bytes(fed):
   algorithm, model, hyper, state = setup("abps_pq_k1", fed)
-  hyper = hyper.replace(abps_tau_acc=jnp.float32(0.0))
+  hyper = with_method(hyper, tau_acc=0.0)
   s1, m1 = jax.jit(algorithm.round)(jax.random.key(2), state, fed, hyper, jnp.int32(1))
   k_train = jax.random.split(jax.random.key(2), 3)[0]
-  local = local_train(algorithm_client_update(model), k_train, state.params, fed, hyper=hyper, learner=hyper.learner)
+  local = local_train(algorithm_client_update(model), k_train, state.params, fed, hyper=hyper)
   # The head (last layer) is each center's own; the body moved (was averaged with the partner).
   np.testing.assert_allclose(np.asarray(s1.params["head"]["kernel"]), np.asarray(local.params["head"]["kernel"]), atol=1e-6)
   assert not np.allclose(np.asarray(s1.params["hidden_0"]["kernel"]), np.asarray(local.params["hidden_0"]["kernel"]))
@@ -82,8 +83,9 @@ def test_early_stopping_makes_later_rounds_noops(fed):
   ends in the same state as the round-by-round run with the same per-round keys."""
   config = config_for_method(BASE, preset("abps_x"))
   config = dataclasses.replace(config, abps=dataclasses.replace(config.abps, early_stopping_patience=1))
-  algorithm, model = build_method("abps_x", config, fed.num_features)
-  hyper = hyper_from_config(config).replace(learner=hyper_from_config(config).learner.replace(
+  algorithm, model = build_method("abps_x", config, fed)
+  hyper = hyper_from_config(config, "abps_x")
+  hyper = hyper.replace(learner=hyper.learner.replace(
       learning_rate=jnp.float32(0.0)))  # no learning: validation AUROC cannot improve after round 1
   rounds = 5
   parts = simulation_parts(algorithm, model, rounds)
@@ -154,7 +156,7 @@ def test_pooled_run_keeps_beliefs_on_the_pool(fed12):
   assert index.shape == valid.shape == rev.shape == state.alpha.shape == state.pulls.shape == (c, m)
   assert (np.diff(index, axis=1) > 0).all() and not (index == np.arange(c)[:, None]).any()
   step = jax.jit(algorithm.round)
-  hyper = hyper.replace(abps_tau_acc=jnp.float32(0.0))
+  hyper = with_method(hyper, tau_acc=0.0)
   for t in (1, 2, 3):
     new, metrics = step(jax.random.key(10 + t), state, fed12, hyper, jnp.int32(t))
     assert new.alpha.shape == (c, m)
@@ -203,7 +205,7 @@ def test_bf16_wire_rounds_what_partners_send(fed):
   n-weighted bf16 rounding errors of the partners' models, at most 2^-8 of the largest weight."""
   base, _, hyper, state = setup("abps", fed)
   wired, _, _, _ = setup("abps_q", fed)
-  hyper = hyper.replace(abps_tau_acc=jnp.float32(0.0))
+  hyper = with_method(hyper, tau_acc=0.0)
   s32, m32 = jax.jit(base.round)(jax.random.key(5), state, fed, hyper, jnp.int32(1))
   s16, m16 = jax.jit(wired.round)(jax.random.key(5), state, fed, hyper, jnp.int32(1))
   assert float(m16.mean_partners) == float(m32.mean_partners) > 0

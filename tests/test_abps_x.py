@@ -12,6 +12,8 @@ from jax.flatten_util import ravel_pytree
 from fedjax_sim.algorithms.abps import shapley
 from fedjax_sim.engine.local import local_train, make_client_update
 from fedjax_sim.sweep import parse_sweep, structural_config
+from fedjax_sim.tasks import binary_task
+from tests.conftest import with_method
 from tests.test_abps import BASE, fed, setup  # noqa: F401 (fed is a fixture)
 
 # The tiny federation and the method set-up are test_abps.py's (``fed`` is its module-scoped fixture).
@@ -102,8 +104,7 @@ def test_round_with_kappa_max_seven_credits_small_partner_sets_exactly(fed):
   models. Before the fix the κ_max = 7 program credited them by Monte Carlo."""
   wide, _, hyper, state7 = setup("abps", fed, kappa=7)
   narrow, _, _, state3 = setup("abps", fed, kappa=3)
-  hyper = hyper.replace(abps_kappa=jnp.int32(3), abps_tau_acc=jnp.float32(0.0), abps_phi_min=jnp.float32(-1.0),
-                        abps_phi_max=jnp.float32(1.0))
+  hyper = with_method(hyper, kappa=3, tau_acc=0.0, phi_min=-1.0, phi_max=1.0)
   s7, m7 = jax.jit(wide.round)(jax.random.key(4), state7, fed, hyper, jnp.int32(1))
   s3, m3 = jax.jit(narrow.round)(jax.random.key(4), state3, fed, hyper, jnp.int32(1))
   assert float(m7.mean_partners) == float(m3.mean_partners) > 2.0
@@ -136,7 +137,7 @@ def abps_x(fed):
   """ABPS-X on the tiny federation, from a state with a non-zero velocity, and its compiled round."""
   algorithm, model, hyper, state = setup("abps_x", fed)
   velocity = jax.tree_util.tree_map(lambda a: 0.01 * jax.random.normal(jax.random.key(9), a.shape), state.velocity)
-  return algorithm, model, hyper.replace(abps_tau_acc=jnp.float32(0.0)), state.replace(velocity=velocity), \
+  return algorithm, model, with_method(hyper, tau_acc=0.0), state.replace(velocity=velocity), \
       jax.jit(algorithm.round)
 
 
@@ -148,14 +149,14 @@ def test_abps_x_momentum_and_resting_centers(fed, abps_x):
   - a resting center (P_i = ∅): θ_i ← its local model, v unchanged (Alg. 1 line 22; Lemma 1). Before
     issue 9 item 13 it moved by 0.5 v, what earlier partners had sent."""
   algorithm, model, hyper, state, step = abps_x
-  assert float(hyper.abps_momentum) == 0.5
+  assert float(hyper.method.momentum) == 0.5
   c = fed.num_clients
   velocity = state.velocity
   key = jax.random.key(2)
   new, metrics = step(key, state, fed, hyper, jnp.int32(1))
   k_train = jax.random.split(key, 3)[0]
-  local = jax.jit(lambda kk, p: local_train(make_client_update(model.apply, batch_size=32, epochs=1), kk, p, fed,
-                                            hyper=hyper, learner=hyper.learner))(k_train, state.params)
+  local = jax.jit(lambda kk, p: local_train(make_client_update(binary_task(model), batch_size=32, epochs=1), kk, p,
+                                            fed, hyper=hyper))(k_train, state.params)
   theta, v0 = flat_rows(local.params, c), flat_rows(velocity, c)
   got, v1 = flat_rows(new.params, c), flat_rows(new.velocity, c)
   template = jax.tree_util.tree_map(lambda a: a[0], state.params)
@@ -189,8 +190,8 @@ def test_momentum_stage_at_zero_is_the_round_without_it(fed, abps_x):
   give the same models (the stage's masks change rounding only); the stage keeps a resting center's v."""
   _, _, hyper, state, step = abps_x
   without, _, hyper0, _ = setup("abps_x", fed, momentum=0.0)
-  hyper = hyper.replace(abps_momentum=jnp.float32(0.0))
-  assert float(hyper0.abps_momentum) == 0.0
+  hyper = with_method(hyper, momentum=0.0)
+  assert float(hyper0.method.momentum) == 0.0
   key = jax.random.key(2)
   a, ma = step(key, state, fed, hyper, jnp.int32(1))
   b, mb = jax.jit(without.round)(key, state, fed, hyper, jnp.int32(1))
@@ -205,6 +206,7 @@ def test_momentum_stage_at_zero_is_the_round_without_it(fed, abps_x):
 
 def test_a_momentum_sweep_builds_the_stage_for_its_largest_beta():
   config = dataclasses.replace(BASE, methods=("abps",))
-  sweep = parse_sweep(["momentum=0,0.5"], config)
+  # The full key: since issue 10 the learner has a momentum too (SGD's), so the short name is ambiguous.
+  sweep = parse_sweep(["abps.momentum=0,0.5"], config)
   assert structural_config(config, sweep).abps.momentum == 0.5
   assert structural_config(config, parse_sweep(["epsilon=0.05,0.1"], config)).abps.momentum == 0.0

@@ -11,9 +11,10 @@ from fedjax_sim.algorithms.base import weighted_average
 from fedjax_sim.algorithms.registry import build_method, hyper_from_config
 from fedjax_sim.config import ExperimentConfig, LearnerConfig
 from fedjax_sim.data.federation import from_cohorts
-from fedjax_sim.engine.local import local_train, make_client_update
+from fedjax_sim.engine.local import ClientContext, ClientData, LocalTerm, local_train, make_client_update
 from fedjax_sim.engine.simulate import client_scores
-from fedjax_sim.models import mlp_model
+from fedjax_sim.models import Model, mlp_model
+from fedjax_sim.tasks import binary_task
 from tests.conftest import make_cohorts
 
 
@@ -26,8 +27,8 @@ CONFIG = ExperimentConfig(learner=LearnerConfig(hidden=(16, 8), batch_size=32, l
 
 
 def one_round(name, fed, config=CONFIG, key=3):
-  algorithm, model = build_method(name, config, fed.num_features)
-  hyper = hyper_from_config(config)
+  algorithm, model = build_method(name, config, fed)
+  hyper = hyper_from_config(config, name)
   state = algorithm.init(jax.random.key(0), fed, hyper)
   new_state, metrics = jax.jit(algorithm.round)(jax.random.key(key), state, fed, hyper, jnp.int32(1))
   return algorithm, model, state, new_state, metrics
@@ -103,29 +104,29 @@ def reference_local_models(fed, config, term):
   local training (same optimizer, minibatch order and dropout as the method's round for the same key)
   of mean BCE + ``term``, a method's local term written in this file from its paper."""
   model = mlp_model(fed.num_features, hidden=config.learner.hidden, dropout=config.learner.dropout)
-  update = make_client_update(model.apply, batch_size=config.learner.batch_size,
+  update = make_client_update(binary_task(model), batch_size=config.learner.batch_size,
                               epochs=config.learner.local_epochs, regularizer=term)
 
   def run(key, start, own, hyper):
-    return local_train(update, key, start, fed, shared=start, own=own, hyper=hyper, learner=hyper.learner,
-                       params_stacked=False).params
+    return local_train(update, key, start, fed, shared=start, own=own, hyper=hyper, params_stacked=False).params
 
   return jax.jit(run)
 
 
-def feddyn_local_term(params, apply_fn, x, mask, rng, shared, own, hyper):
+def feddyn_local_term(term: LocalTerm):
   """Acar et al. 2021, Alg. 1: −⟨∇L_k(θ_k^{t−1}), θ⟩ + α/2 ‖θ − θ^{t−1}‖², leaf by leaf (own = ∇L_k term)."""
+  params, shared, own, hyper = term.params, term.shared, term.own, term.hyper
   lin = sum(jnp.sum(g * p) for g, p in zip(jax.tree_util.tree_leaves(own), jax.tree_util.tree_leaves(params)))
   prox = sum(jnp.sum((p - c) ** 2) for p, c in zip(jax.tree_util.tree_leaves(params),
                                                     jax.tree_util.tree_leaves(shared)))
-  return -lin + 0.5 * hyper.dyn_alpha * prox
+  return -lin + 0.5 * hyper.method.alpha * prox
 
 
 def two_round_setup(name, config, fed, local_term):
   """The jitted round of ``name``, its initial state and hyperparameters, the reference local trainer on
   BCE + ``local_term``, and the initial global model in float64."""
-  algorithm, _ = build_method(name, config, fed.num_features)
-  hyper = hyper_from_config(config)
+  algorithm, _ = build_method(name, config, fed)
+  hyper = hyper_from_config(config, name)
   state = algorithm.init(jax.random.key(0), fed, hyper)
   return (jax.jit(algorithm.round), state, hyper, reference_local_models(fed, config, local_term),
           f64(state.global_params))
@@ -159,20 +160,21 @@ def test_feddyn_two_rounds_follow_algorithm_1(fed):
     assert_trees_close(state.global_params, theta)
 
 
-def moon_local_term(params, apply_fn, x, mask, rng, shared, own, hyper):
+def moon_local_term(term: LocalTerm):
   """Li, He & Song 2021, eq. 3: μ·mean over rows of −log(e^{sim(z, z_glob)/τ} / (e^{sim(z, z_glob)/τ} +
   e^{sim(z, z_prev)/τ})), sim(a, b) = a·b / max(‖a‖‖b‖, 1e-8) (torch's CosineSimilarity, as the authors'
   code), z from the model being trained, z_glob from the round's global model (``shared``), z_prev from
   the client's previous local model (``own``). For a model without dropout."""
-  z, z_glob, z_prev = (apply_fn(m, x, False, None)[1] for m in (params, shared, own))
+  apply_fn, x, mask, hyper = term.apply, term.x, term.mask, term.hyper
+  z, z_glob, z_prev = (apply_fn(m, x, False, None)[1] for m in (term.params, term.shared, term.own))
 
   def sim(a, b):  # the norms apart: a fixed model's all-zero (dead ReLU) row must not give NaN gradients
     return jnp.sum(a * b, -1) / jnp.maximum(jnp.sqrt(jnp.sum(a * a, -1)) * jnp.sqrt(jnp.sum(b * b, -1)), 1e-8)
 
-  e_glob = jnp.exp(sim(z, z_glob) / hyper.moon_temperature)
-  e_prev = jnp.exp(sim(z, z_prev) / hyper.moon_temperature)
+  e_glob = jnp.exp(sim(z, z_glob) / hyper.method.temperature)
+  e_prev = jnp.exp(sim(z, z_prev) / hyper.method.temperature)
   loss = -jnp.log(e_glob / (e_glob + e_prev))
-  return hyper.moon_mu * jnp.sum(jnp.where(mask, loss, 0.0)) / jnp.maximum(jnp.sum(mask), 1.0)
+  return hyper.method.mu * jnp.sum(jnp.where(mask, loss, 0.0)) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
 def test_moon_two_rounds_follow_the_model_contrastive_objective(fed):
@@ -188,7 +190,8 @@ def test_moon_two_rounds_follow_the_model_contrastive_objective(fed):
     state, _ = step(key, state, fed, hyper, jnp.int32(t))
     local = f64(reference(key, f32(theta), f32(prev), hyper))
     if t == 2:  # guard: the contrastive term moves round 2's local models (by far more than the tolerance)
-      assert max_diff(local, reference(key, f32(theta), f32(prev), hyper.replace(moon_mu=jnp.float32(0.0)))) > 1e-3
+      no_term = hyper.replace(method=hyper.method.replace(mu=jnp.float32(0.0)))
+      assert max_diff(local, reference(key, f32(theta), f32(prev), no_term)) > 1e-3
     theta, prev = n_weighted(fed, local), local
     assert_trees_close(state.global_params, theta)
     assert_trees_close(state.client, prev)
@@ -208,8 +211,10 @@ def test_feddyn_regularizer_value_and_gradient_in_closed_form():
   model = mlp_model(3, hidden=(5, 4), dropout=0.0)
   p, c = model.init(jax.random.key(0)), model.init(jax.random.key(1))
   g = jax.tree_util.tree_map(lambda a: jax.random.normal(jax.random.key(2), a.shape), p)
-  hyper = hyper_from_config(ExperimentConfig()).replace(dyn_alpha=jnp.float32(0.7))
-  value, grad = jax.value_and_grad(star.feddyn_regularizer)(p, model.apply, None, None, None, c, g, hyper)
+  hyper = hyper_from_config(ExperimentConfig(), "feddyn")
+  hyper = hyper.replace(method=hyper.method.replace(alpha=jnp.float32(0.7)))
+  value, grad = jax.value_and_grad(lambda p: star.feddyn_regularizer(
+      LocalTerm(params=p, apply=model.apply, x=None, mask=None, rng=None, shared=c, own=g, hyper=hyper)))(p)
   p64, c64, g64 = f64(p), f64(c), f64(g)
   want = sum(float(-(gg * pp).sum() + 0.35 * ((pp - cc) ** 2).sum())
              for pp, cc, gg in zip(*(jax.tree_util.tree_leaves(t) for t in (p64, c64, g64))))
@@ -228,9 +233,11 @@ def test_moon_regularizer_value_and_gradient_against_numpy():
   x = jax.random.normal(jax.random.key(3), (7, 3))
   mask = np.array([True, True, False, True, True, False, True])
   mu, tau = 1.5, 0.3
-  hyper = hyper_from_config(ExperimentConfig()).replace(moon_mu=jnp.float32(mu), moon_temperature=jnp.float32(tau))
-  value, grad = jax.value_and_grad(star.moon_regularizer)(p, model.apply, x, jnp.asarray(mask),
-                                                         jax.random.key(4), q, r, hyper)
+  hyper = hyper_from_config(ExperimentConfig(), "moon")
+  hyper = hyper.replace(method=hyper.method.replace(mu=jnp.float32(mu), temperature=jnp.float32(tau)))
+  value, grad = jax.value_and_grad(lambda p: star.moon_regularizer(
+      LocalTerm(params=p, apply=model.apply, x=x, mask=jnp.asarray(mask), rng=jax.random.key(4), shared=q, own=r,
+                hyper=hyper)))(p)
   zg, zp = numpy_mlp(q, x)[1], numpy_mlp(r, x)[1]
   cos = lambda a, b: (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
@@ -263,17 +270,19 @@ def test_regularizers_match_their_formulas():
   p = model.init(jax.random.key(0))
   q = jax.tree_util.tree_map(lambda a: a + 0.5, p)
   n = sum(a.size for a in leaves(p))
-  hyper = hyper_from_config(ExperimentConfig())
-  prox = star.fedprox_regularizer(p, model.apply, None, None, None, q, None, hyper)
+  term = lambda name, **kw: LocalTerm(**{"params": p, "apply": model.apply, "x": None, "mask": None,  # noqa: E731
+                                          "rng": None, "own": None, "hyper": hyper_from_config(ExperimentConfig(),
+                                                                                                name), **kw})
+  prox = star.fedprox_regularizer(term("fedprox", shared=q))
   assert float(prox) == pytest.approx(0.5 * 0.01 * 0.25 * n, rel=1e-5)
   g = jax.tree_util.tree_map(jnp.ones_like, p)
-  dyn = star.feddyn_regularizer(p, model.apply, None, None, None, q, g, hyper)
+  dyn = star.feddyn_regularizer(term("feddyn", shared=q, own=g))
   want = -sum(a.sum() for a in leaves(p)) + 0.5 * 0.01 * 0.25 * n
   assert float(dyn) == pytest.approx(want, rel=1e-5)
   # MOON: −log(e^{s_g/τ} / (e^{s_g/τ} + e^{s_p/τ})) with z, z_glob, z_prev computed by hand.
   x = jax.random.normal(jax.random.key(1), (6, 3))
   r = jax.tree_util.tree_map(lambda a: -a, p)
-  got = star.moon_regularizer(p, model.apply, x, jnp.ones(6, bool), jax.random.key(2), q, r, hyper)
+  got = star.moon_regularizer(term("moon", x=x, mask=jnp.ones(6, bool), rng=jax.random.key(2), shared=q, own=r))
   z, zg, zp = (np.asarray(model.apply(m, x, False, None)[1], np.float64) for m in (p, q, r))
   cos = lambda a, b: (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-8)
   sg, sp = cos(z, zg) / 0.5, cos(z, zp) / 0.5
@@ -283,7 +292,7 @@ def test_regularizers_match_their_formulas():
 def test_local_and_centralized_send_nothing(fed):
   _, _, _, _, m = one_round("local", fed)
   assert float(m.bytes) == 0.0 and float(m.rest_fraction) == 1.0
-  algorithm, _ = build_method("centralized", CONFIG, fed.num_features)
+  algorithm, _ = build_method("centralized", CONFIG, fed)
   assert not algorithm.federated
   pooled = algorithm.prepare(fed)
   assert int(pooled.buckets[0].n[0]) == int(np.asarray(fed.n_train).sum())
@@ -291,10 +300,10 @@ def test_local_and_centralized_send_nothing(fed):
 
 def test_personalized_fedavg_reduces_to_fedavg_and_keeps_heads(fed):
   _, model, s0, avg, _ = one_round("fedavg", fed)
-  client_update = make_client_update(model.apply, batch_size=32, epochs=1)
+  client_update = make_client_update(binary_task(model), batch_size=32, epochs=1)
   plain = star.personalized_fedavg(model, client_update, head_layers=0, wire_bf16=False,
                                    early_stopping_patience=0, name="p")
-  hyper = hyper_from_config(CONFIG)
+  hyper = hyper_from_config(CONFIG, "fedavg")
   state = plain.init(jax.random.key(0), fed, hyper)
   new, _ = jax.jit(plain.round)(jax.random.key(3), state, fed, hyper, jnp.int32(1))
   for a, b in zip(leaves(avg.global_params), leaves(new.global_params)):
@@ -368,14 +377,16 @@ def test_moon_representation_comes_from_the_supervised_forward_pass():
       keys.append(np.asarray(jax.random.key_data(rng)))
     return model.apply(params, x, train, rng)
 
-  hyper = hyper_from_config(CONFIG)
+  hyper = hyper_from_config(CONFIG, "moon")
   params = model.init(jax.random.key(0))
   x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)), jnp.float32)
   y = jnp.asarray([0, 1, 0, 1], jnp.int32)
   for regularizer, calls in ((star.moon_regularizer, 2), (None, 1)):
     keys.clear()
-    update = make_client_update(apply_fn, batch_size=4, epochs=1, regularizer=regularizer)
+    update = make_client_update(binary_task(Model(init=model.init, apply=apply_fn)), batch_size=4, epochs=1,
+                                regularizer=regularizer)
     with jax.disable_jit():
-      update(jax.random.key(1), params, x, y, jnp.int32(4), params, params, hyper, hyper.learner)
+      update(jax.random.key(1), params, ClientData(x, y, jnp.int32(4)),
+             ClientContext(shared=params, own=params, hyper=hyper))
     assert len(keys) == calls
     assert all(np.array_equal(k, keys[0]) for k in keys)

@@ -11,6 +11,7 @@ from fedjax_sim.data.federation import from_cohorts
 from fedjax_sim.engine.local import local_train, make_client_update
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.models import num_params
+from fedjax_sim.tasks import binary_task
 from tests.conftest import make_cohorts, numpy_bce
 
 CONFIG = ExperimentConfig(learner=LearnerConfig(hidden=(16, 8), batch_size=32, local_epochs=1))
@@ -39,12 +40,12 @@ def fed():
 
 
 def test_decefl_round_is_local_training_then_consensus(fed):
-  algorithm, model = build_method("decefl", CONFIG, fed.num_features, fed.num_clients)
-  hyper = hyper_from_config(CONFIG)
+  algorithm, model = build_method("decefl", CONFIG, fed)
+  hyper = hyper_from_config(CONFIG, "decefl")
   state = algorithm.init(jax.random.key(0), fed, hyper)
   new, m = jax.jit(algorithm.round)(jax.random.key(5), state, fed, hyper, jnp.int32(1))
-  local = local_train(make_client_update(model.apply, batch_size=32, epochs=1), jax.random.key(5), state.params,
-                      fed, hyper=hyper, learner=hyper.learner)
+  local = local_train(make_client_update(binary_task(model), batch_size=32, epochs=1), jax.random.key(5),
+                      state.params, fed, hyper=hyper)
   w = decentralized.metropolis_weights(decentralized.random_regular_graph(8, 3, 0))
   for got, loc in zip(jax.tree_util.tree_leaves(new.params), jax.tree_util.tree_leaves(local.params)):
     np.testing.assert_allclose(np.asarray(got), np.tensordot(w, np.asarray(loc), 1), atol=1e-5)
@@ -58,17 +59,16 @@ def test_defta_two_rounds_match_a_numpy_reimplementation(fed):
   local model on i's validation split, τ_ij ← ρτ_ij + (1 − ρ)·exp(−ℓ_ij) on the graph and the diagonal
   (initial 1), θ_i ← Σ_j n_j τ_ij θ_j / Σ_j n_j τ_ij. The second round needs τ carried from the first,
   self-trust τ_ii included (issue 9 item 11: it used to restart from 1 every round)."""
-  algorithm, model = build_method("defta", CONFIG, fed.num_features, fed.num_clients)
-  hyper = hyper_from_config(CONFIG)
-  rho = float(hyper.defta_decay)
+  algorithm, model = build_method("defta", CONFIG, fed)
+  hyper = hyper_from_config(CONFIG, "defta")
+  rho = float(hyper.method.defta_decay)
   assert 0 < rho < 1
   c = fed.num_clients
   adj = decentralized.random_regular_graph(c, 3, 0)
   on = adj | np.eye(c, dtype=bool)
   n = np.asarray(fed.n_train, np.float64)
-  client_update = make_client_update(model.apply, batch_size=32, epochs=1)
-  train = jax.jit(lambda key, params: local_train(client_update, key, params, fed, hyper=hyper,
-                                                  learner=hyper.learner).params)
+  client_update = make_client_update(binary_task(model), batch_size=32, epochs=1)
+  train = jax.jit(lambda key, params: local_train(client_update, key, params, fed, hyper=hyper).params)
   step = jax.jit(algorithm.round)
   state = algorithm.init(jax.random.key(0), fed, hyper)
   trust = on.astype(np.float64)  # initial trust 1 in every neighbor and in oneself

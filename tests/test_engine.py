@@ -9,8 +9,9 @@ import pytest
 from fedjax_sim.algorithms.registry import build_method, hyper_from_config
 from fedjax_sim.config import ExperimentConfig, LearnerConfig
 from fedjax_sim.data.federation import from_cohorts
-from fedjax_sim.engine.local import make_client_update
+from fedjax_sim.engine.local import ClientContext, ClientData, make_client_update
 from fedjax_sim.engine.simulate import make_simulation
+from fedjax_sim.tasks import binary_task
 from tests.conftest import make_cohorts
 
 ROUNDS = 2
@@ -26,13 +27,13 @@ def setup():
 
 def test_fedavg_engine_equals_python_loop_over_clients(setup):
   config, fed = setup
-  algorithm, model = build_method("fedavg", config, fed.num_features)
-  hyper = hyper_from_config(config)
+  algorithm, model = build_method("fedavg", config, fed)
+  hyper = hyper_from_config(config, "fedavg")
   key = jax.random.key(7)
   out = jax.jit(make_simulation(algorithm, model, ROUNDS))(key, fed, hyper)
 
   # The same per-client function, called one client at a time in a Python loop.
-  client_update = jax.jit(make_client_update(model.apply, batch_size=32, epochs=2),
+  client_update = jax.jit(make_client_update(binary_task(model), batch_size=32, epochs=2),
                           static_argnames=())
   k_init, k_rounds = jax.random.split(key)
   theta = model.init(k_init)
@@ -46,7 +47,8 @@ def test_fedavg_engine_equals_python_loop_over_clients(setup):
     results = []
     for i in range(fed.num_clients):
       b, pos = where[i]
-      res = client_update(keys[i], theta, b.x[pos], b.y[pos], b.n[pos], theta, None, hyper, hyper.learner)
+      res = client_update(keys[i], theta, ClientData(b.x[pos], b.y[pos], b.n[pos]),
+                          ClientContext(shared=theta, own=None, hyper=hyper))
       results.append(res.params)
       assert int(res.steps) == 2 * math.ceil(int(b.n[pos]) / 32)  # E · ceil(n_i / batch) steps
     w = n_train / n_train.sum()
@@ -67,15 +69,15 @@ def test_padding_and_masked_surplus_steps_are_noops():
   assert jax.config.jax_threefry_partitionable
   cohorts = make_cohorts(num_sites=1, sizes=[90])
   model = mlp_model(5, hidden=(8,))
-  cu = jax.jit(make_client_update(model.apply, batch_size=16, epochs=2))
+  cu = jax.jit(make_client_update(binary_task(model), batch_size=16, epochs=2))
   b = from_cohorts(cohorts, batch_size=16, num_buckets=1).buckets[0]
   x, y, n = b.x[0], b.y[0], b.n[0]
   params = model.init(jax.random.key(0))
   hyper = hyper_from_config(ExperimentConfig())
   x_big = jnp.concatenate([x, jnp.full((70, 5), 9.0)])
   y_big = jnp.concatenate([y, jnp.ones(70)])
-  small = cu(jax.random.key(1), params, x, y, n, None, None, hyper, hyper.learner)
-  big = cu(jax.random.key(1), params, x_big, y_big, n, None, None, hyper, hyper.learner)
+  small = cu(jax.random.key(1), params, ClientData(x, y, n), ClientContext(hyper=hyper))
+  big = cu(jax.random.key(1), params, ClientData(x_big, y_big, n), ClientContext(hyper=hyper))
   assert int(small.steps) == int(big.steps) == 2 * math.ceil(int(n) / 16)
   for a, c in zip(jax.tree_util.tree_leaves(small.params), jax.tree_util.tree_leaves(big.params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-6)
@@ -84,7 +86,7 @@ def test_padding_and_masked_surplus_steps_are_noops():
 
 def test_seeds_compile_once_and_second_call_does_not_retrace(setup):
   config, fed = setup
-  algorithm, model = build_method("local", config, fed.num_features)
+  algorithm, model = build_method("local", config, fed)
   simulate = make_simulation(algorithm, model, 1)
   traces = []
 
@@ -93,7 +95,7 @@ def test_seeds_compile_once_and_second_call_does_not_retrace(setup):
     return simulate(key, f, h)
 
   run = jax.jit(jax.vmap(counted, in_axes=(0, None, None)))
-  hyper = hyper_from_config(config)
+  hyper = hyper_from_config(config, "local")
   keys = jax.vmap(jax.random.key)(jnp.array([11, 22, 33]))
   a = run(keys, fed, hyper)
   b = run(keys, fed, hyper)

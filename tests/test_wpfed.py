@@ -11,6 +11,7 @@ from fedjax_sim.config import ExperimentConfig, LearnerConfig
 from fedjax_sim.data.cohorts import Cohorts, SiteCohort
 from fedjax_sim.data.federation import from_cohorts
 from fedjax_sim.engine.local import local_train, make_client_update
+from fedjax_sim.tasks import binary_task
 from tests.conftest import numpy_bce
 
 
@@ -53,14 +54,13 @@ def planted():
   """The planted federation, WPFed built on it, its initial state, one compiled round, and the same
   round's local models recomputed with local_train and the round's training key."""
   fed = from_cohorts(planted_cohorts(), batch_size=32, num_buckets=2)
-  algorithm, model = build_method("wpfed", CONFIG, fed.num_features, fed.num_clients)
-  hyper = hyper_from_config(CONFIG)
+  algorithm, model = build_method("wpfed", CONFIG, fed)
+  hyper = hyper_from_config(CONFIG, "wpfed")
   state = algorithm.init(jax.random.key(0), fed, hyper)
   new, metrics = jax.jit(algorithm.round)(ROUND_KEY, state, fed, hyper, jnp.int32(1))
   k_train, k_tie = jax.random.split(ROUND_KEY)
-  client_update = make_client_update(model.apply, batch_size=32, epochs=1)
-  local = jax.jit(lambda key, params: local_train(client_update, key, params, fed, hyper=hyper,
-                                                  learner=hyper.learner))(k_train, state.params)
+  client_update = make_client_update(binary_task(model), batch_size=32, epochs=1)
+  local = jax.jit(lambda key, params: local_train(client_update, key, params, fed, hyper=hyper))(k_train, state.params)
   flat = np.stack([np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a: a[i], local.params))[0])
                    for i in range(fed.num_clients)])
   group = np.array([int(name[4:]) % 2 for name in fed.names])

@@ -7,7 +7,7 @@ clients' validation and test splits. States are frozen ``flax.struct`` classes.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +17,13 @@ from flax import struct
 
 @struct.dataclass
 class RoundMetrics:
-  """What every round reports (one value per round in the history)."""
+  """What every round reports (one entry per round in the history; issue 10 item 4: a pytree).
+
+  The first six fields are every method's; ``extra`` holds what a method family adds, any pytree of arrays,
+  per-client ones included (participation ``[C]``, utilities ``[C]``). The history buffers are shaped from the
+  round itself (``jax.eval_shape``), and the family's declared reductions
+  (:attr:`fedjax_sim.algorithms.spec.MethodSpec.metrics`) turn a run's ``[R, ...]`` history into summary numbers.
+  """
 
   bytes: jax.Array  # [] bytes exchanged this round (SPEC §3.4)
   train_loss: jax.Array  # [] mean local training loss over clients that trained
@@ -25,6 +31,7 @@ class RoundMetrics:
   mean_partners: jax.Array  # [] E|P_i|: mean number of partners (star: 1 for a participant)
   active: jax.Array  # [] 1.0 if the round did work (0 after early stopping)
   nonfinite_client: jax.Array = 0  # [] int32: 1 + the first client whose local loss or update is non-finite; 0 if none
+  extra: Any = None  # the family's own per-round metrics (a dict of arrays), or None
 
 
 class Algorithm(NamedTuple):

@@ -87,7 +87,17 @@ def preset(name: str) -> dict:
 def check_federation(name: str, config, num_clients: int) -> None:
   """Raises :class:`ConfigError` when method ``name`` under ``config`` (its preset applied) cannot run on a
   federation of ``num_clients`` clients, naming what it needs (issue 9): checked before anything compiles."""
-  spec_of(name).check_federation(name, config, num_clients)
+  from fedjax_sim.errors import ConfigError
+  spec = spec_of(name)
+  spec.check_federation(name, config, num_clients)
+  k = config.participation.clients_per_round
+  if k > 0 and not spec.samples_clients(name):
+    able = [m for s in SPECS for m in s.methods if s.samples_clients(m)]
+    raise ConfigError(f"{name} trains every client every round; participation.clients_per_round = {k} needs a "
+                      f"method that samples clients ({', '.join(able)}), or set it to 0")
+  if k > num_clients:
+    raise ConfigError(f"participation.clients_per_round = {k} exceeds the federation's {num_clients} clients; "
+                      f"set it to at most {num_clients}")
 
 
 def hyper_from_config(config, name: Optional[str] = None) -> Hyper:

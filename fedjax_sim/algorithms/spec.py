@@ -78,6 +78,8 @@ class MethodSpec:
     model: optional ``(config, federation) -> Model`` override (BNN+FL's Bayesian network).
     check_federation: ``(name, config, num_clients) -> None``; raises ConfigError when C is too small.
     validate: optional ``(settings, config) -> None`` for ranges that involve two fields.
+    metrics: how the family's own per-round metrics (``RoundMetrics.extra``) reduce to per-seed summary entries.
+    partial_participation: which of the methods can train K < C clients per round.
   """
 
   methods: Mapping[str, Mapping[str, Any]]
@@ -90,6 +92,15 @@ class MethodSpec:
   model: Optional[Callable] = None
   check_federation: Callable = default_check
   validate: Optional[Callable] = None
+  metrics: Optional[Callable] = None  # ``(extra [R, ...] host arrays, active [R]) -> {key: value}``: the family's
+  # per-seed summary entries from its ``RoundMetrics.extra`` history (numbers average over seeds in the summary)
+  partial_participation: Any = False  # True (every method of the family) or a tuple of method names that can
+  # train K < C clients per round (``participation.clients_per_round``); the others refuse it
+
+  def samples_clients(self, name: str) -> bool:
+    """Whether method ``name`` honours ``participation.clients_per_round``."""
+    p = self.partial_participation
+    return bool(p) if isinstance(p, bool) else name in p
 
   def __post_init__(self):
     if self.hyper is not None:

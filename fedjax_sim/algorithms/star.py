@@ -20,7 +20,7 @@ from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, tree_sub,
                                         nonfinite_client, require_federation, tree_vdot, weighted_average)
 from fedjax_sim.engine.local import LocalTerm, local_train
-from fedjax_sim.metrics import mean_defined, star_round_bytes
+from fedjax_sim.metrics import mean_defined, participation_fairness, star_round_bytes
 from fedjax_sim.models import Model, num_params
 from fedjax_sim.settings import at_least, one_of, positive, setting, within
 
@@ -104,6 +104,53 @@ def _star(name: str, model: Model, client_update, init_client, post) -> Algorith
 
   return Algorithm(name=name, init=init, round=round_fn, deployed=lambda s: (s.global_params, False),
                    sent_params=num_params_sent)
+
+
+def sampled_fedavg(name: str, model: Model, client_update, *, clients_per_round: int, plan: tuple) -> Algorithm:
+  """FedAvg (or FedProx, by its ``client_update``) with K of the C clients per round (issue 10 item 3).
+
+  Each round K distinct clients are drawn uniformly (McMahan et al. 2017, Algorithm 1: a random fraction of the
+  clients; SPEC §4.3: FedAvg's uniform inclusion with expected K), only they train
+  (:func:`fedjax_sim.engine.local.train_selected`: the cost grows with K, not C), and the server takes their
+  n-weighted mean. Bytes: 2·|W|·4 per participant. The federation gets its flat train rows in ``prepare``.
+  """
+  from fedjax_sim.data.federation import with_train_rows
+  from fedjax_sim.engine.local import train_selected
+  num_params_sent = num_params(jax.eval_shape(model.init, jax.random.key(0)))
+  k = int(clients_per_round)
+
+  def init(key, federation, hyper):
+    return StarState(global_params=model.init(key), client=None, server=None)
+
+  def round_fn(key, state, federation, hyper, t):
+    k_select, k_train = jax.random.split(key)
+    c = federation.num_clients
+    selected = jax.random.choice(k_select, c, (k,), replace=False)
+    res = train_selected(client_update, k_train, state.global_params, federation, selected, plan,
+                         shared=state.global_params, hyper=hyper, t=t, params_stacked=False)
+    glob = weighted_average(res.params, federation.n_train[selected])
+    metrics = RoundMetrics(
+        bytes=jnp.asarray(star_round_bytes(k, num_params_sent), jnp.float32),
+        train_loss=jnp.mean(res.loss), rest_fraction=jnp.asarray(1.0 - k / c, jnp.float32),
+        mean_partners=jnp.asarray(k / c, jnp.float32), active=jnp.asarray(1.0),
+        nonfinite_client=nonfinite_client(res.loss, res.params),
+        extra={"participation": jnp.zeros((c,), jnp.float32).at[selected].set(1.0)})  # [C] z_t
+    return state.replace(global_params=glob), metrics
+
+  return Algorithm(name=name, init=init, round=round_fn, deployed=lambda s: (s.global_params, False),
+                   prepare=with_train_rows, sent_params=num_params_sent)
+
+
+def _sampled(ctx) -> int:
+  """K when the experiment trains K < C clients per round, else 0 (every client trains)."""
+  k = ctx.config.participation.clients_per_round
+  return k if 0 < k < ctx.num_clients else 0
+
+
+def _plan(ctx) -> tuple:
+  from fedjax_sim.engine.local import selection_plan
+  lc = ctx.config.learner
+  return selection_plan(ctx.federation.n_train, _sampled(ctx), lc.batch_size, lc.num_buckets)
 
 
 def _no_client_state(params, federation):
@@ -354,10 +401,18 @@ def _check_head_layers(section, config) -> None:
 def _build_fedavg(ctx: BuildContext) -> Algorithm:
   """``fedavg`` is McMahan et al.'s FedAvg; its presets (fedavg_pq, fedavg_x) add the extensions of ``[fedavg]``."""
   if ctx.name == "fedavg":
+    if _sampled(ctx):
+      return sampled_fedavg("fedavg", ctx.model, ctx.client_update, clients_per_round=_sampled(ctx), plan=_plan(ctx))
     return fedavg(ctx.model, ctx.client_update)
   f = ctx.settings
   return personalized_fedavg(ctx.model, ctx.client_update, head_layers=f.head_layers, wire_bf16=f.wire == "bf16",
                              early_stopping_patience=f.early_stopping_patience, name=ctx.name)
+
+
+def _build_fedprox(ctx: BuildContext) -> Algorithm:
+  if _sampled(ctx):
+    return sampled_fedavg("fedprox", ctx.model, ctx.client_update, clients_per_round=_sampled(ctx), plan=_plan(ctx))
+  return fedprox(ctx.model, ctx.client_update)
 
 
 def _bayesian_model(config, federation):
@@ -373,9 +428,10 @@ SPECS = (
                         "fedavg_x": {"rounds": 100, "reference_rounds": 50, "fedavg.head_layers": 2,
                                      "fedavg.wire": "bf16", "fedavg.server_momentum": 0.5,
                                      "fedavg.early_stopping_patience": 10}},
-               build=_build_fedavg, section="fedavg", settings=FedAvgConfig, hyper=FedAvgHyper,
+               build=_build_fedavg, section="fedavg", partial_participation=("fedavg",), metrics=participation_fairness, settings=FedAvgConfig, hyper=FedAvgHyper,
                check_federation=check_federation, validate=_check_head_layers),
-    MethodSpec(methods={"fedprox": {}}, build=lambda ctx: fedprox(ctx.model, ctx.client_update), section="fedprox",
+    MethodSpec(methods={"fedprox": {}}, build=_build_fedprox, section="fedprox", partial_participation=True,
+               metrics=participation_fairness,
                settings=FedProxConfig, hyper=FedProxHyper, regularizer=fedprox_regularizer,
                check_federation=check_federation),
     MethodSpec(methods={"feddyn": {}}, build=lambda ctx: feddyn(ctx.model, ctx.client_update), section="feddyn",

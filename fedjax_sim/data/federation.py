@@ -58,6 +58,16 @@ class TrainRows:
 
 
 @struct.dataclass
+class EvalRows:
+  """A split's rows of every client, flat, padded to whole chunks: a shared model scores them in one pass whose cost
+  is the number of rows, not C × the longest split (issue 10; issue 11 item 3)."""
+
+  x: jax.Array  # [R_pad, ...] features, client after client, then zero rows
+  y: jax.Array  # [R_pad, ...] labels
+  client: jax.Array  # [R_pad] int32 client of each row; C on the padding rows (dropped by the per-client sums)
+
+
+@struct.dataclass
 class SharedTest:
   """A test set every client is scored on (iPFL's reweighted accuracy, LEAF's held-out users; SPEC §5)."""
 
@@ -90,6 +100,8 @@ class Federation:
   meta_goal: Optional[jax.Array] = None  # [C, 15] meta_base + 12 Charlson prevalences (SPEC §2.1), or None
   rows: Optional[TrainRows] = None  # flat train rows (partial participation), added by :func:`with_train_rows`
   shared_test: Optional[SharedTest] = None  # a test set shared by every client, or None
+  val_rows: Optional[EvalRows] = None  # the validation split flat (image/text data): shared-model scoring by rows
+  test_rows: Optional[EvalRows] = None  # the test split flat
   task: str = struct.field(pytree_node=False, default="binary")  # binary, multiclass or next_char
   num_classes: int = struct.field(pytree_node=False, default=2)  # classes (vocabulary size for next_char)
 
@@ -453,3 +465,23 @@ def with_train_rows(federation: Federation) -> Federation:
   start = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int32)
   return federation.replace(rows=TrainRows(x=jnp.asarray(x), y=jnp.asarray(y), start=jnp.asarray(start),
                                            n=jnp.asarray(n.astype(np.int32))))
+
+
+EVAL_CHUNK = 512
+"""Rows scored per pass by the flat evaluation (:class:`EvalRows`): bounds activation memory."""
+
+
+def eval_rows(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], chunk: int = EVAL_CHUNK) -> EvalRows:
+  """Flat :class:`EvalRows` of per-client splits ``xs``/``ys`` (host arrays), padded to a multiple of ``chunk``."""
+  c = len(xs)
+  lengths = np.array([len(a) for a in xs], np.int64)
+  total = int(lengths.sum())
+  padded = max(chunk, -(-total // chunk) * chunk)
+  x = np.zeros((padded,) + xs[0].shape[1:], xs[0].dtype)
+  y = np.zeros((padded,) + ys[0].shape[1:], ys[0].dtype)
+  if total:
+    x[:total] = np.concatenate(list(xs))
+    y[:total] = np.concatenate(list(ys))
+  client = np.full(padded, c, np.int32)
+  client[:total] = np.repeat(np.arange(c, dtype=np.int32), lengths)
+  return EvalRows(x=jnp.asarray(x), y=jnp.asarray(y), client=jnp.asarray(client))

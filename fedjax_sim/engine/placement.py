@@ -68,17 +68,18 @@ class Placement:
     """Inside the program: splits every per-client array of the federation over the devices.
 
     By leading axis, not by field name (issue 10): each bucket's arrays on their client axis, and every other
-    array whose leading axis is the federation's C. The flat train rows and a shared test set have no client
-    axis: they stay replicated.
+    array whose leading axis is the federation's C. The flat row stores (train rows, evaluation rows, a shared
+    test set) are indexed by row, not by client: they stay replicated.
     """
     if self.axis != "clients":
       return federation
     c = federation.num_clients
     shard0 = lambda a: jax.lax.with_sharding_constraint(a, self._sharding(P(AXIS)))  # noqa: E731
     by_client = lambda a: shard0(a) if a.ndim >= 1 and a.shape[0] == c else a  # noqa: E731
-    rest = jax.tree_util.tree_map(by_client, federation.replace(buckets=(), rows=None, shared_test=None))
+    flat = ("rows", "shared_test", "val_rows", "test_rows")  # row-indexed stores, not client-indexed
+    rest = jax.tree_util.tree_map(by_client, federation.replace(buckets=(), **{f: None for f in flat}))
     return rest.replace(buckets=tuple(jax.tree_util.tree_map(shard0, b) for b in federation.buckets),
-                        rows=federation.rows, shared_test=federation.shared_test)
+                        **{f: getattr(federation, f) for f in flat})
 
   def constrain_carry(self, carry, num_clients: int):
     """Inside the program: the run axis, or the client axis of the state's per-client leaves."""

@@ -77,16 +77,33 @@ def client_scores(model: Model, params, stacked: bool, x: jax.Array) -> jax.Arra
   return jax.vmap(apply, in_axes=(0 if stacked else None, 0))(params, x)
 
 
-def evaluate(model: Model, params, stacked: bool, x, y, m, score: Callable = batched_auroc) -> jax.Array:
-  """Per-client metric ``[C]`` of the deployed model(s) on a padded split (the task's ``score``; default AUROC)."""
+def evaluate(model: Model, params, stacked: bool, x, y, m, score: Callable = batched_auroc, rows=None,
+             score_rows: Optional[Callable] = None) -> jax.Array:
+  """Per-client metric ``[C]`` of the deployed model(s) on a padded split (the task's ``score``; default AUROC).
+
+  A shared model (``stacked`` False) with the split's flat ``rows`` (:class:`~fedjax_sim.data.federation.EvalRows`)
+  and a task that scores by rows is evaluated chunk by chunk over the real rows only: the same numbers, at a
+  cost of the rows rather than C × the longest split.
+  """
+  if not stacked and rows is not None and score_rows is not None:
+    from fedjax_sim.data.federation import EVAL_CHUNK
+    chunks = rows.x.shape[0] // EVAL_CHUNK
+    xs = rows.x.reshape((chunks, EVAL_CHUNK) + rows.x.shape[1:])
+    logits = jax.lax.map(lambda xc: model.apply(params, xc, False, None)[0], xs)
+    logits = logits.reshape((chunks * EVAL_CHUNK,) + logits.shape[2:])
+    return score_rows(logits, rows.y, rows.client, m.shape[0])
   return score(client_scores(model, params, stacked, x), y, m)
 
 
-def empty_history(rounds: int) -> History:
-  z = lambda dtype=jnp.float32: jnp.zeros((rounds,), dtype)
-  return History(metrics=RoundMetrics(bytes=z(), train_loss=z(), rest_fraction=z(), mean_partners=z(),
-                                      active=z(), nonfinite_client=z(jnp.int32)),
-                 val_auroc=z())
+def empty_history(metrics_shape, rounds: int) -> History:
+  """Zero buffers ``[R, ...]`` for every leaf of a round's metrics (their shapes from ``jax.eval_shape``)."""
+  buffers = jax.tree_util.tree_map(lambda s: jnp.zeros((rounds,) + tuple(s.shape), s.dtype), metrics_shape)
+  return History(metrics=buffers, val_auroc=jnp.zeros((rounds,), jnp.float32))
+
+
+def _as_metrics(metrics: RoundMetrics) -> RoundMetrics:
+  """``metrics`` with every leaf an array (a Python default such as ``nonfinite_client = 0`` becomes int32)."""
+  return jax.tree_util.tree_map(lambda v: v if isinstance(v, jax.Array) else jnp.asarray(v), metrics)
 
 
 def first_nonfinite_client(state, num_clients: int) -> tuple:
@@ -106,21 +123,25 @@ class SimParts:
   rounds: int
 
 
-def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc) -> SimParts:
+def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc,
+                     score_rows: Optional[Callable] = None) -> SimParts:
   """The pieces of one run of ``algorithm`` for ``rounds`` rounds (static: the history length), scored per client
   by ``score`` (the task's: AUROC for the clinical task, accuracy for images and text)."""
 
   def start(key, federation: Federation, hyper) -> Carry:
     k_init, k_rounds = jax.random.split(key)
     state = algorithm.init(k_init, federation, hyper)
-    return Carry(state=state, round_keys=jax.random.split(k_rounds, rounds), history=empty_history(rounds),
+    round_keys = jax.random.split(k_rounds, rounds)
+    metrics_shape = jax.eval_shape(lambda s: _as_metrics(algorithm.round(round_keys[0], s, federation, hyper,
+                                                                         jnp.asarray(1, jnp.int32))[1]), state)
+    return Carry(state=state, round_keys=round_keys, history=empty_history(metrics_shape, rounds),
                  fault=Fault(round=jnp.asarray(0, jnp.int32), client=jnp.asarray(-1, jnp.int32)))
 
   def step(carry: Carry, federation: Federation, hyper, t):
     state, metrics = algorithm.round(carry.round_keys[t - 1], carry.state, federation, hyper, t)
     params, stacked = algorithm.deployed(state)
     val = mean_defined(evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val,
-                                score))[0]
+                                score, federation.val_rows, score_rows))[0]
     # Non-finite loss or parameter: record the first round and client (SPEC §1, issue "numerical faults").
     bad_state, state_client = first_nonfinite_client(state, federation.num_clients)
     reported = jnp.asarray(metrics.nonfinite_client, jnp.int32)
@@ -132,14 +153,17 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Cal
     i = t - 1
     hist = carry.history
     history = History(
-        metrics=jax.tree_util.tree_map(lambda buf, v: buf.at[i].set(jnp.asarray(v, buf.dtype)), hist.metrics, metrics),
+        metrics=jax.tree_util.tree_map(lambda buf, v: buf.at[i].set(jnp.asarray(v, buf.dtype)), hist.metrics,
+                                       _as_metrics(metrics)),
         val_auroc=hist.val_auroc.at[i].set(val))
     return Carry(state=state, round_keys=carry.round_keys, history=history, fault=fault), val
 
   def finish(carry: Carry, federation: Federation) -> Outcome:
     params, stacked = algorithm.deployed(carry.state)
-    test = evaluate(model, params, stacked, federation.x_test, federation.y_test, federation.m_test, score)
-    val = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val, score)
+    test = evaluate(model, params, stacked, federation.x_test, federation.y_test, federation.m_test, score,
+                    federation.test_rows, score_rows)
+    val = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val, score,
+                   federation.val_rows, score_rows)
     return Outcome(state=carry.state, history=carry.history, test_auroc=test, val_auroc=val, fault=carry.fault)
 
   return SimParts(start=start, step=step, finish=finish, rounds=rounds)
