@@ -25,6 +25,7 @@ from typing import Callable, Optional
 
 import jax
 
+from fedjax_sim.engine.placement import is_key as _is_key
 from fedjax_sim.errors import ConfigError
 
 SCHEMA = 2
@@ -42,10 +43,6 @@ class SimulatedKill(BaseException):
 def _ocp():
   import orbax.checkpoint as ocp  # imported lazily: it is slow to import and only checkpointed runs need it
   return ocp
-
-
-def _is_key(a) -> bool:
-  return hasattr(a, "dtype") and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key)
 
 
 def _key_impl(a):

@@ -100,6 +100,22 @@ def build_federation(config: ExperimentConfig, warn: Callable[[str], None] = pri
   return fed
 
 
+def majority_rate(federation: Federation) -> Optional[float]:
+  """The accuracy of always predicting the most frequent training label (character), on the test rows of every
+  client pooled: the floor an accuracy must rise above (issue 10: Shakespeare's most-frequent-character rate).
+  None for the binary clinical task (scored by AUROC)."""
+  if federation.task == "binary":
+    return None
+  counts = np.zeros(federation.num_classes, np.int64)
+  for b in federation.buckets:
+    valid = np.arange(b.y.shape[1]) < np.asarray(b.n)[:, None]
+    counts += np.bincount(np.asarray(b.y)[valid].ravel(), minlength=federation.num_classes)
+  top = int(np.argmax(counts))
+  y, m = np.asarray(federation.y_test), np.asarray(federation.m_test)
+  m = np.broadcast_to(m.reshape(m.shape + (1,) * (y.ndim - m.ndim)), y.shape)
+  return float((y[m] == top).mean()) if m.any() else None
+
+
 def check_runnable(config: ExperimentConfig, federation: Federation, sweep: Sweep = Sweep()) -> None:
   """Refuses, before anything compiles, a method or grid point that cannot run on ``federation``.
 

@@ -359,6 +359,8 @@ def main(argv=None) -> int:
         ckpt.mark_done(name, {"summary": methods[name], "per_seed": per_seed[name]})
     methods = {name: methods[name] for name in config.methods}  # the config's order
     metric = runs_metric or _metric_of(methods)
+    from fedjax_sim.experiment import majority_rate
+    floor = majority_rate(federation)
     wall_s = time.perf_counter() - t0
     summary = _json_safe({
         "schema_version": SCHEMA_VERSION,
@@ -367,7 +369,8 @@ def main(argv=None) -> int:
         "config": dataclasses.asdict(config),
         "sweep": {"keys": list(sweep.keys), "values": [list(v) for v in sweep.values]} if sweep else None,
         "federation": {"clients": federation.num_clients, "features": federation.num_features,
-                       "train_rows": int(federation.n_train.sum()), "names": list(federation.names)},
+                       "train_rows": int(federation.n_train.sum()), "names": list(federation.names),
+                       **({"majority_rate": floor} if floor is not None else {})},
         "backend": {"platform": jax.default_backend(), "device": jax.devices()[0].device_kind,
                     "device_count": jax.device_count()},
         "timing": {"compile_s": sum(m["timing"]["compile_s"] for m in methods.values()),
@@ -388,6 +391,9 @@ def main(argv=None) -> int:
     print(table1_markdown(summary))
   else:
     print(results_table(summary))
+    floor = summary["federation"].get("majority_rate")
+    if floor is not None:
+      print(f"\nMost-frequent-label rate on the test rows (the floor to beat): {floor:.3f}")
   timing = summary["timing"]
   summed = (f"compile {timing['compile_s']:.1f} s and run {timing['run_s']:.1f} s summed over methods; "
             "compiles overlap runs" if len(summary["methods"]) > 1 else

@@ -22,7 +22,7 @@ from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clien
 from fedjax_sim.engine.local import bce_with_logits, local_train
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.metrics import p2p_round_bytes
-from fedjax_sim.models import Model, num_params
+from fedjax_sim.models import Model, model_size
 from fedjax_sim.settings import at_least, described, setting, within
 
 
@@ -75,7 +75,7 @@ def _graph_algorithm(name, model, client_update, adj, post, trust0=None) -> Algo
   """Local training, then ``post``; ``trust0`` is the initial ``[C, C]`` trust (default: the adjacency)."""
   adj = jnp.asarray(adj)
   edges = float(np.asarray(adj).sum() / 2)
-  sent = num_params(jax.eval_shape(model.init, jax.random.key(0)))
+  sent = model_size(model)
 
   def init(key, federation, hyper):
     if adj.shape[0] != federation.num_clients:

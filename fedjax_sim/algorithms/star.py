@@ -7,7 +7,6 @@ n-weighted mean (McMahan et al. 2017). Bytes: 2·|W|·4 per client per round
 """
 from __future__ import annotations
 
-from math import prod as math_prod
 from typing import Any
 
 import dataclasses
@@ -21,7 +20,7 @@ from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clien
                                         nonfinite_client, require_federation, tree_vdot, weighted_average)
 from fedjax_sim.engine.local import LocalTerm, local_train
 from fedjax_sim.metrics import mean_defined, participation_fairness, star_round_bytes
-from fedjax_sim.models import Model, num_params
+from fedjax_sim.models import Model, model_size, param_template
 from fedjax_sim.settings import at_least, one_of, positive, setting, within
 
 
@@ -84,7 +83,7 @@ def moon_regularizer(term: LocalTerm) -> jax.Array:
 
 def _star(name: str, model: Model, client_update, init_client, post) -> Algorithm:
   """Shared skeleton: local training from θ^{t−1}, then ``post`` aggregates."""
-  num_params_sent = num_params(jax.eval_shape(model.init, jax.random.key(0)))
+  num_params_sent = model_size(model)
 
   def init(key, federation, hyper):
     params = model.init(key)
@@ -116,7 +115,7 @@ def sampled_fedavg(name: str, model: Model, client_update, *, clients_per_round:
   """
   from fedjax_sim.data.federation import with_train_rows
   from fedjax_sim.engine.local import train_selected
-  num_params_sent = num_params(jax.eval_shape(model.init, jax.random.key(0)))
+  num_params_sent = model_size(model)
   k = int(clients_per_round)
 
   def init(key, federation, hyper):
@@ -249,14 +248,12 @@ def personalized_fedavg(model: Model, client_update, *, head_layers: int, wire_b
   """
   from fedjax_sim.algorithms import early_stop
   from fedjax_sim.engine.simulate import evaluate
-  from fedjax_sim.models.mlp import bf16_round_trip, head_mask
+  from fedjax_sim.models.mlp import head_mask, sent_parameters, wire_format
 
-  template = jax.eval_shape(model.init, jax.random.key(0))
+  template = param_template(model)
   is_head = head_mask(template, head_layers)
-  sent_params = sum(math_prod(s.shape) for s, h in zip(jax.tree_util.tree_leaves(template),
-                                                        jax.tree_util.tree_leaves(is_head)) if not h)
-  wire = bf16_round_trip if wire_bf16 else (lambda x: x)
-  bytes_per_param = 2 if wire_bf16 else 4
+  sent_params = sent_parameters(template, is_head)
+  wire, bytes_per_param = wire_format(wire_bf16)
 
   def compose(body, local):
     """Per-client models: the (received) global body with each client's own head."""

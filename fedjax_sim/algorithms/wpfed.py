@@ -38,7 +38,7 @@ from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clien
                                         require_federation)
 from fedjax_sim.engine.local import bce_with_logits, local_train
 from fedjax_sim.errors import ConfigError
-from fedjax_sim.models import Model
+from fedjax_sim.models import Model, param_template
 from fedjax_sim.settings import at_least, setting, within
 
 
@@ -87,7 +87,7 @@ def candidate_sets(key: jax.Array, flat: jax.Array, flat0: jax.Array, projection
 def wpfed(model: Model, client_update, *, bits: int = 64, candidates: int = 5, k: int = 3) -> Algorithm:
   if not 1 <= k <= candidates:
     raise ConfigError(f"wpfed.k must be in [1, wpfed.candidates = {candidates}], got {k}")
-  template = jax.eval_shape(model.init, jax.random.key(0))
+  template = param_template(model)
   _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
   num_params = sum(math.prod(s.shape) for s in jax.tree_util.tree_leaves(template))
 

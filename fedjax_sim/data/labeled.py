@@ -36,7 +36,13 @@ def load_labeled(data) -> tuple:
   if data.source == "pacs":
     return sources.load_pacs(data.path)
   if data.source == "shakespeare":
-    return sources.load_shakespeare(data.path, max_windows_per_role=data.max_rows_per_client)
+    roles = sources.shakespeare_roles(data.path)
+    if data.partition == "natural" and data.num_clients > 0:
+      # LEAF's protocol keeps the largest roles: choose them before windowing (all 1,169 roles' windows are 2.7 GB).
+      largest = sorted(roles, key=lambda r: (-len(roles[r]), r))[:data.num_clients]
+      roles = {r: roles[r] for r in sorted(largest, key=lambda r: (-len(roles[r]), r))}
+    return sources.shakespeare_windows(roles, max_windows_per_role=data.max_rows_per_client,
+                                       description=f"Shakespeare next-character windows ({len(roles)} roles)"), None
   raise ConfigError(f"data.source {data.source!r} is not an image or text source ({', '.join(IMAGE_TEXT_SOURCES)})")
 
 

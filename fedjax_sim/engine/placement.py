@@ -55,7 +55,7 @@ class Placement:
     if self.mesh is None:
       return tree
     spec = P(AXIS) if self.axis == "runs" else P()
-    return jax.tree_util.tree_map(lambda a: _global_array(np.asarray(a) if not _is_key(a) else a,
+    return jax.tree_util.tree_map(lambda a: _global_array(np.asarray(a) if not is_key(a) else a,
                                                           self._sharding(spec)), tree)
 
   def put_replicated(self, tree):
@@ -94,13 +94,14 @@ class Placement:
     return carry.replace(state=state)
 
 
-def _is_key(a) -> bool:
+def is_key(a) -> bool:
+  """Whether ``a`` is (or describes) a typed PRNG key array (``jax.random.key``), whose data needs wrapping."""
   return hasattr(a, "dtype") and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key)
 
 
 def _global_array(a, sharding: NamedSharding):
   """A global :class:`jax.Array` with ``sharding`` from a host value every process holds whole."""
-  if _is_key(a):
+  if is_key(a):
     data = np.asarray(jax.random.key_data(a))
     impl = jax.random.key_impl(a)
     arr = jax.make_array_from_callback(data.shape, _data_sharding(sharding, data.ndim - a.ndim), lambda i: data[i])

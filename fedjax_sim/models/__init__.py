@@ -8,6 +8,17 @@ import jax.numpy as jnp
 from fedjax_sim.models.mlp import MLP, LAYER_NAMES, num_params
 
 
+def param_template(model) -> "object":
+  """The shapes and dtypes of ``model``'s parameters (``jax.eval_shape`` of its init: nothing is computed)."""
+  import jax
+  return jax.eval_shape(model.init, jax.random.key(0))
+
+
+def model_size(model) -> int:
+  """Number of scalars in ``model``'s parameters (what one fp32 copy sends, in 4-byte units)."""
+  return num_params(param_template(model))
+
+
 class Model(NamedTuple):
   """A model as two pure functions.
 

@@ -93,6 +93,18 @@ def head_mask(params, head_layers: int):
   return {name: jax.tree_util.tree_map(lambda _: name in heads, sub) for name, sub in params.items()}
 
 
+def wire_format(bf16: bool) -> tuple:
+  """``(round_trip, bytes_per_parameter)`` of the wire (SPEC §3.2 step 6, Q): bfloat16 (2 bytes, the values
+  :func:`bf16_round_trip` delivers) or fp32 (4 bytes, unchanged)."""
+  return (bf16_round_trip, 2) if bf16 else ((lambda x: x), 4)
+
+
+def sent_parameters(template, is_head) -> int:
+  """Scalars a client sends when its ``is_head`` leaves (:func:`head_mask`) stay local (head personalization)."""
+  return sum(math.prod(s.shape) for s, h in zip(jax.tree_util.tree_leaves(template), jax.tree_util.tree_leaves(is_head))
+             if not h)
+
+
 def bf16_round_trip(x: jax.Array) -> jax.Array:
   """What a bfloat16 wire delivers: fp32 → bf16 → fp32 (SPEC §3.2 step 6, Q), bitwise.
 

@@ -32,8 +32,8 @@ from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clien
 from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
 from fedjax_sim.engine.local import local_train
 from fedjax_sim.metrics import auroc, mean_defined, p2p_round_bytes
-from fedjax_sim.models import Model
-from fedjax_sim.models.mlp import bf16_round_trip, head_mask
+from fedjax_sim.models import Model, param_template
+from fedjax_sim.models.mlp import head_mask, wire_format
 from fedjax_sim.settings import at_least, one_of, positive, setting, within
 
 
@@ -149,15 +149,14 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
   truncated Monte Carlo for the others, per center (:func:`.shapley.credit_coalitions`);
   with κ_max ≤ ``exact_shapley_max`` every center is exact.
   """
-  template = jax.eval_shape(model.init, jax.random.key(0))
+  template = param_template(model)
   _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
   is_head, _ = ravel_pytree(jax.tree_util.tree_map(
       lambda h, s: jnp.full(s.shape, h), head_mask(template, static.head_layers), template))
   body = ~np.asarray(is_head, bool)  # [P] static: which entries are sent and averaged
   sent_params = int(body.sum())
   k = static.kappa_max
-  wire = bf16_round_trip if static.wire_bf16 else (lambda x: x)
-  bytes_per_param = 2 if static.wire_bf16 else 4
+  wire, bytes_per_param = wire_format(static.wire_bf16)
 
   def init(key, federation, hyper):
     c = federation.num_clients
