@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
+from fedjax_sim.algorithms.spec import MethodSpec
 from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_client,
                                         require_federation)
 from fedjax_sim.engine.local import bce_with_logits, local_train

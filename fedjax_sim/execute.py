@@ -1,0 +1,338 @@
+"""Executing an experiment: one compiled program per method for all seeds × grid points, compiled ahead in a
+thread pool, optionally checkpointed; numerical faults reported with where they happened (SPEC §1, §6).
+
+The second stage of :mod:`fedjax_sim.experiment`.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import time
+from typing import Any, Iterator, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_sim.algorithms.base import Algorithm
+from fedjax_sim.algorithms.registry import build_method, check_federation, hyper_from_config, preset
+from fedjax_sim.build import seed_keys
+from fedjax_sim.checkpoint import RunCheckpoints
+from fedjax_sim.config import ExperimentConfig, config_for_method
+from fedjax_sim.data.federation import Federation
+from fedjax_sim.engine.placement import make_placement
+from fedjax_sim.engine.simulate import Program, simulation_parts
+from fedjax_sim.errors import NumericalFault
+from fedjax_sim.models import Model
+from fedjax_sim.progress import Progress
+from fedjax_sim.summarize import summarize_grid
+from fedjax_sim.sweep import Sweep, point_configs, point_label, structural_config
+from fedjax_sim.tasks import task_for
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+  """How a method's runs are executed (command-line options, not config)."""
+
+  sweep: Sweep = Sweep()  # hyperparameter grid, run with the seeds as one program
+  devices: Optional[int] = None  # devices to shard over (None: every visible device)
+  checkpoint_every: int = 0  # save the state every this many rounds (0: one program, no checkpoints)
+  checkpoints: Optional[RunCheckpoints] = None  # where (required when checkpoint_every > 0)
+  progress: bool = False  # show a progress bar (host callback inside the program)
+
+
+@dataclasses.dataclass
+class MethodRun:
+  """Host-side results of one method over all seeds (and grid points)."""
+
+  name: str
+  summary: dict  # the summary.json entry
+  per_seed: list  # full per-seed records (per-center AUROC, curves)
+  compile_s: float
+  run_s: float
+  traces: int
+  metric: str = "auroc"  # the task's per-client metric
+
+
+def _stack(trees):
+  return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _pad_runs(tree, runs: int):
+  """Pads the leading run axis to ``runs`` with copies of the last run (dropped afterwards)."""
+  def pad(a):
+    extra = runs - a.shape[0]
+    return a if extra == 0 else jnp.concatenate([a, jnp.repeat(a[-1:], extra, axis=0)])
+  return jax.tree_util.tree_map(pad, tree)
+
+
+def _timed(fn, *args):
+  t0 = time.perf_counter()
+  out = fn(*args)
+  return out, time.perf_counter() - t0
+
+
+@dataclasses.dataclass
+class PreparedMethod:
+  """One method's runs, built and placed on the devices but not compiled yet.
+
+  :func:`prepare_method` makes it, :meth:`compile` compiles its programs (safe to
+  call from a worker thread: XLA compiles without holding the GIL, so several
+  methods compile at once, or ahead of the method that is running), and
+  :meth:`execute` runs and summarizes them. :func:`run_method` does all three.
+  """
+
+  name: str
+  options: RunOptions
+  federation: Federation  # host federation (names, for messages and summaries)
+  points: list  # one config per grid point
+  seeds: list
+  algorithm: Algorithm
+  model: Model
+  program: Program
+  keys: jax.Array  # [padded runs] on the devices
+  fed: Federation  # the algorithm's prepared federation, on the devices
+  hyper: Any
+  bar: Optional[Progress]
+  traces: dict
+  metric: str = "auroc"  # the task's per-client metric (summary keys: auroc_mean, accuracy_mean, ...)
+
+  @property
+  def runs(self) -> int:
+    return len(self.points) * len(self.seeds)
+
+  def compile(self) -> "CompiledMethod":
+    """Lowers and compiles every program the run needs (``run``, or ``start``/``advance``/``finish``
+    for a checkpointed run, whose carry layout comes from the compiled ``start``)."""
+    program, keys, fed, hyper = self.program, self.keys, self.fed, self.hyper
+    t0 = time.perf_counter()
+    if not self.options.checkpoint_every:
+      run = program.run.lower(keys, fed, hyper).compile()
+      return CompiledMethod(run=run, compile_s=time.perf_counter() - t0)
+    start = program.start.lower(keys, fed, hyper).compile()
+    shardings = start.output_shardings
+    template = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                                      jax.eval_shape(program.start, keys, fed, hyper), shardings)
+    advance = program.advance.lower(template, fed, hyper, jnp.asarray(1, jnp.int32)).compile()
+    finish = program.finish.lower(template, fed).compile()
+    return CompiledMethod(start=start, advance=advance, finish=finish, template=template, shardings=shardings,
+                          compile_s=time.perf_counter() - t0)
+
+  def execute(self, compiled: "CompiledMethod") -> "MethodRun":
+    """Runs the compiled programs and summarizes every seed and grid point (SPEC §6).
+
+    Raises:
+      NumericalFault: a run hit a non-finite loss or parameter (the message names
+        the round, the method, the seed and the first affected center).
+    """
+    name, options = self.name, self.options
+    if self.bar is not None:
+      self.bar.open()
+    try:
+      if options.checkpoint_every:
+        out, run_s = _run_checkpointed(name, self.program, compiled, self.keys, self.fed, self.hyper,
+                                       options.checkpoints, self.bar)
+      else:
+        out, run_s = _timed(lambda: jax.block_until_ready(compiled.run(self.keys, self.fed, self.hyper)))
+    finally:
+      if self.bar is not None:
+        self.bar.close()
+    runs = self.runs
+    out = jax.tree_util.tree_map(lambda a: a[:runs], _host(out.replace(state=None)))  # the summary needs no models
+    check_faults(name, out.fault, self.seeds, options.sweep, self.federation, options.checkpoints,
+                 self.algorithm.federated)
+    summary, per_seed = summarize_grid(name, self.points, options.sweep, self.federation, self.model,
+                                       self.algorithm, out, metric=self.metric)
+    placement = self.program.placement
+    summary["timing"] = {"compile_s": compiled.compile_s, "run_s": run_s, "devices": placement.num_devices,
+                         "sharded_axis": placement.axis, "traces": self.traces["n"]}
+    summary["preset"] = dict(preset(name))
+    return MethodRun(name, summary, per_seed, compiled.compile_s, run_s, self.traces["n"], self.metric)
+
+
+@dataclasses.dataclass
+class CompiledMethod:
+  """The compiled programs of a :class:`PreparedMethod` and how long compiling them took."""
+
+  compile_s: float
+  run: Any = None  # the whole run as one program (no checkpoints)
+  start: Any = None  # checkpointed runs: start, one chunk of rounds, finish
+  advance: Any = None
+  finish: Any = None
+  template: Any = None  # the carry's shapes, dtypes and shardings (what a checkpoint restores into)
+  shardings: Any = None
+
+
+def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
+                   options: RunOptions = RunOptions()) -> PreparedMethod:
+  """Builds ``name``'s algorithm and its program for all seeds × grid points, and places the inputs."""
+  config = config_for_method(config, preset(name))
+  points = point_configs(config, options.sweep)
+  for point in points:  # the smallest federation each grid point needs (issue 9)
+    check_federation(name, point, federation.num_clients)
+  static = structural_config(config, options.sweep)
+  algorithm, model = build_method(name, static, federation)
+  fed = algorithm.prepare(federation)
+  seeds = list(config.seeds)
+  runs = len(points) * len(seeds)
+  keys = seed_keys([s for _ in points for s in seeds])  # run r = point r // S, seed r % S
+  if options.sweep:
+    hyper = _stack([hyper_from_config(c, name) for c in points for _ in seeds])
+  else:
+    hyper = hyper_from_config(config, name)
+  placement = make_placement(runs, fed.num_clients, options.devices)
+  padded = placement.padded_runs(runs)
+  keys = placement.put_runs(_pad_runs(keys, padded))
+  hyper = placement.put_runs(_pad_runs(hyper, padded)) if options.sweep else placement.put_replicated(hyper)
+  fed = placement.put_replicated(fed)
+
+  traces = {"n": 0}
+  bar = Progress(name, static.rounds, runs) if options.progress else None
+  task = task_for(static, federation)
+  parts = simulation_parts(algorithm, model, static.rounds, task.score, task.score_rows)
+  program = Program(parts, hyper_batched=bool(options.sweep), placement=placement,
+                    chunk=options.checkpoint_every or None, on_round=bar.on_round if bar else None,
+                    on_trace=lambda: traces.__setitem__("n", traces["n"] + 1))
+  return PreparedMethod(name=name, options=options, federation=federation, points=points, seeds=seeds,
+                        algorithm=algorithm, model=model, program=program, keys=keys, fed=fed, hyper=hyper,
+                        bar=bar, traces=traces, metric=task.metric)
+
+
+def run_method(name: str, config: ExperimentConfig, federation: Federation,
+               options: RunOptions = RunOptions()) -> MethodRun:
+  """Compiles one program for all seeds × grid points of ``name``, runs it, and summarizes (SPEC §6).
+
+  Raises:
+    NumericalFault: a run hit a non-finite loss or parameter (the message names
+      the round, the method, the seed and the first affected center).
+  """
+  prepared = prepare_method(name, config, federation, options)
+  return prepared.execute(prepared.compile())
+
+
+def default_compile_workers(methods: int) -> int:
+  """Methods compiled at once by :func:`run_methods`: half the host's cores (the other half runs the
+  method in progress on a CPU backend), at least one, at most the methods still to compile."""
+  return max(1, min(methods, (os.cpu_count() or 2) // 2, 8))
+
+
+def run_methods(names, config: ExperimentConfig, federation: Federation, options: RunOptions = RunOptions(),
+                workers: Optional[int] = None) -> Iterator[MethodRun]:
+  """Runs several methods in order, compiling ahead: while one method runs, up to ``workers``
+  worker threads prepare and compile the next ones (XLA compiles without the GIL). Yields each
+  :class:`MethodRun` as it finishes. ``workers = 0``: no compiling ahead, each method is
+  prepared and compiled just before it runs (:func:`run_method` one by one).
+
+  The programs are the same either way. On CPU the results are bitwise those of
+  :func:`run_method` (tested); on a GPU, XLA's autotuning of the next method's kernels shares
+  the device with the method running, so it may pick other kernels (numbers equal up to float
+  rounding) — ``workers = 0`` avoids that.
+
+  At most ``workers`` methods are prepared ahead of the one running, so their inputs on the
+  devices stay bounded, and a finished method's inputs and executables are dropped before the
+  next one runs. Each method's ``compile_s`` is its own compile time (longer when compiles share
+  the cores); the wall-clock time saved shows in the experiment's total. If a method fails, the
+  error propagates at once; compiles already running finish in their threads before the process
+  can exit (at most ``workers`` of them), those not started are dropped.
+  """
+  names = list(names)
+  if not names:
+    return
+  workers = default_compile_workers(len(names)) if workers is None else max(0, int(workers))
+  if workers == 0:
+    for name in names:
+      yield run_method(name, config, federation, options)
+    return
+
+  def prepare_and_compile(name):
+    prepared = prepare_method(name, config, federation, options)
+    return prepared, prepared.compile()
+
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fedjax_sim-compile")
+  futures = {}
+
+  def submit(i):
+    if i < len(names):
+      futures[i] = pool.submit(prepare_and_compile, names[i])
+
+  try:
+    for i in range(workers):
+      submit(i)
+    for i in range(len(names)):
+      prepared, compiled = futures.pop(i).result()
+      submit(i + workers)  # keep ``workers`` methods compiling or compiled ahead of this one
+      run = prepared.execute(compiled)
+      del prepared, compiled  # its inputs and executables can go before the next method runs
+      yield run
+  finally:  # on an error (or the caller stopping early) compiles not started are dropped
+    for f in futures.values():
+      f.cancel()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run_checkpointed(name, program: Program, compiled: CompiledMethod, keys, fed, hyper, ckpt: RunCheckpoints,
+                      bar):
+  """Runs ``program`` chunk by chunk, saving after each chunk and resuming from the latest save.
+
+  The carry's layout over devices is fixed by the compiled ``start`` program: the chunk
+  program is compiled for it, and a restored (or chunk-output) carry is put back on it before
+  every chunk, so resuming on several devices meets the shardings the program expects.
+  """
+  shardings = compiled.shardings
+  t_run = time.perf_counter()
+  done = ckpt.latest_step(name)
+  if done:
+    carry = ckpt.restore(name, done, compiled.template)
+    if bar is not None:
+      bar.start_at(done)
+  else:
+    carry = compiled.start(keys, fed, hyper)
+  while done < program.rounds:
+    carry = jax.device_put(carry, shardings)  # a no-op unless restored or laid out otherwise
+    carry = jax.block_until_ready(compiled.advance(carry, fed, hyper, jnp.asarray(done + 1, jnp.int32)))
+    done = min(done + program.chunk, program.rounds)
+    fault = np.asarray(_host(carry.fault.round))
+    if np.any(fault > 0):  # keep the last good checkpoint; the fault is reported from ``out``
+      break
+    ckpt.save(name, done, carry)
+  out = jax.block_until_ready(compiled.finish(jax.device_put(carry, shardings), fed))
+  return out, time.perf_counter() - t_run
+
+
+def _host(tree):
+  """Host copies of (possibly multi-host sharded) arrays."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    tree = multihost_utils.process_allgather(tree, tiled=True)
+  return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def check_faults(name, fault, seeds, sweep: Sweep, federation: Federation, ckpt: Optional[RunCheckpoints],
+                 federated: bool = True):
+  """Raises :class:`NumericalFault` for the first run (in run order) that hit a non-finite value."""
+  rounds = np.asarray(fault.round)
+  bad = np.flatnonzero(rounds > 0)
+  if bad.size == 0:
+    return
+  r = int(bad[np.argmin(rounds[bad])])  # the earliest faulting round over runs
+  seed = seeds[r % len(seeds)]
+  where = f"seed {seed}"
+  if sweep:
+    where += f", grid point {point_label(sweep.points[r // len(seeds)])}"
+  client = int(np.asarray(fault.client)[r])
+  if not federated:
+    center = "the pooled (centralized) model"
+  elif client >= 0 and client < federation.num_clients:
+    center = f"first affected center: {client} ({federation.names[client]!r})"
+  else:
+    center = "first affected center: not attributable to one center (a shared model went non-finite)"
+  last = ""
+  if ckpt is not None:
+    step = ckpt.latest_step(name)
+    last = (f" The last checkpoint ({step} rounds) in {ckpt.dir} stays loadable." if step else
+            " No checkpoint was saved before the fault.")
+  raise NumericalFault(
+      f"non-finite loss or parameter in round {int(rounds[r])} of method {name} ({where}); {center}. "
+      f"{int(bad.size)} of {rounds.size} runs were affected. Lower learner.learning_rate or check the data "
+      f"for non-finite values.{last}")
