@@ -195,4 +195,4 @@ def _build(ctx: BuildContext) -> Algorithm:
 
 
 SPECS = (MethodSpec(methods={"decefl": {}, "defta": {}}, build=_build, section="graph", settings=GraphConfig,
-                    hyper=GraphHyper, check_federation=check_federation),)
+                    hyper=GraphHyper, check_federation=check_federation, binary_only=("defta",)),)

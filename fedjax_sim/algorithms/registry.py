@@ -90,6 +90,11 @@ def check_federation(name: str, config, num_clients: int) -> None:
   from fedjax_sim.errors import ConfigError
   spec = spec_of(name)
   spec.check_federation(name, config, num_clients)
+  from fedjax_sim.data.labeled import IMAGE_TEXT_SOURCES
+  if spec.needs_binary(name) and config.data.source in IMAGE_TEXT_SOURCES:
+    raise ConfigError(f"{name} scores models with the binary clinical task's AUROC or BCE inside its rounds, so it "
+                      f"runs on binary tabular data (data.source = synthetic, mimic or csv), not on "
+                      f"data.source = {config.data.source}")
   k = config.participation.clients_per_round
   if k > 0 and not spec.samples_clients(name):
     able = [m for s in SPECS for m in s.methods if s.samples_clients(m)]

@@ -94,8 +94,16 @@ class MethodSpec:
   validate: Optional[Callable] = None
   metrics: Optional[Callable] = None  # ``(extra [R, ...] host arrays, active [R]) -> {key: value}``: the family's
   # per-seed summary entries from its ``RoundMetrics.extra`` history (numbers average over seeds in the summary)
+  binary_only: Any = False  # True (every method of the family) or a tuple of method names that score with the
+  # binary clinical task's AUROC or BCE inside their rounds (ABPS's Shapley utilities, DeFTA's and WPFed's
+  # validation losses, early stopping on mean val AUROC): they refuse image and text data
   partial_participation: Any = False  # True (every method of the family) or a tuple of method names that can
   # train K < C clients per round (``participation.clients_per_round``); the others refuse it
+
+  def needs_binary(self, name: str) -> bool:
+    """Whether method ``name`` runs only on the binary clinical task."""
+    p = self.binary_only
+    return bool(p) if isinstance(p, bool) else name in p
 
   def samples_clients(self, name: str) -> bool:
     """Whether method ``name`` honours ``participation.clients_per_round``."""

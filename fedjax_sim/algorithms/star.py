@@ -425,7 +425,8 @@ SPECS = (
                         "fedavg_x": {"rounds": 100, "reference_rounds": 50, "fedavg.head_layers": 2,
                                      "fedavg.wire": "bf16", "fedavg.server_momentum": 0.5,
                                      "fedavg.early_stopping_patience": 10}},
-               build=_build_fedavg, section="fedavg", partial_participation=("fedavg",), metrics=participation_fairness, settings=FedAvgConfig, hyper=FedAvgHyper,
+               build=_build_fedavg, section="fedavg", partial_participation=("fedavg",), metrics=participation_fairness,
+               binary_only=("fedavg_pq", "fedavg_x"), settings=FedAvgConfig, hyper=FedAvgHyper,
                check_federation=check_federation, validate=_check_head_layers),
     MethodSpec(methods={"fedprox": {}}, build=_build_fedprox, section="fedprox", partial_participation=True,
                metrics=participation_fairness,
@@ -437,5 +438,5 @@ SPECS = (
     MethodSpec(methods={"moon": {}}, build=lambda ctx: moon(ctx.model, ctx.client_update), section="moon",
                settings=MoonConfig, hyper=MoonHyper, regularizer=moon_regularizer, check_federation=check_federation),
     MethodSpec(methods={"bnn_fl": {}}, build=lambda ctx: bnn_fl(ctx.model, ctx.client_update),
-               regularizer=bnn_regularizer, model=_bayesian_model, check_federation=check_federation),
+               regularizer=bnn_regularizer, model=_bayesian_model, check_federation=check_federation, binary_only=True),
 )

@@ -167,4 +167,4 @@ def check_settings(w: WPFedConfig, config) -> None:
 SPECS = (MethodSpec(methods={"wpfed": {}}, section="wpfed", settings=WPFedConfig,
                     build=lambda ctx: wpfed(ctx.model, ctx.client_update, bits=ctx.settings.bits,
                                             candidates=ctx.settings.candidates, k=ctx.settings.k),
-                    check_federation=check_federation, validate=check_settings),)
+                    check_federation=check_federation, validate=check_settings, binary_only=True),)

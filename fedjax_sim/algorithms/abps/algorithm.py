@@ -323,5 +323,5 @@ PRESETS = {
 
 # κ sizes the partner slots and β > 0 builds the momentum stage: a sweep builds the program for the largest value.
 SPECS = (MethodSpec(methods=PRESETS, build=build, section="abps", settings=ABPSConfig, hyper=ABPSHyper,
-                    static_max=("kappa", "momentum"), check_federation=check_federation,
+                    static_max=("kappa", "momentum"), check_federation=check_federation, binary_only=True,
                     validate=check_settings),)
