@@ -45,6 +45,11 @@ def results_table(summary: dict) -> str:
   columns[1] = f"{METRIC_LABELS.get(metric, metric)} (mean ± std)"
   if spread:
     columns[2:2] = ["worst client", "std across clients"]
+  declared = []  # the method families' own summary keys (participation Jain, Gini, ...), in first-seen order
+  for m in summary["methods"].values():
+    for e in m.get("grid", [m]):
+      declared += [k for k in e.get("declared", ()) if k not in declared]
+  columns[-2:-2] = declared
   rows = [row(columns), row(["---"] * len(columns))]
   clients = summary.get("federation", {}).get("clients")
   for name, m in summary["methods"].items():
@@ -56,8 +61,8 @@ def results_table(summary: dict) -> str:
                if spread else [])
       rows.append(row([label, format_mean_std(e[f"{metric}_mean"], e[f"{metric}_std"])] + extra +
                       [format_ratio(e["bandwidth_ratio"]), f"{e['rest_fraction']:.2f}", f"{e['mean_partners']:.2f}",
-                       scored, _fmt(e.get("median_test_rows"), "g"), f"{timing['compile_s']:.1f}",
-                       f"{timing['run_s']:.1f}"]))
+                       scored, _fmt(e.get("median_test_rows"), "g")] + [_fmt(e.get(k), ".3f") for k in declared] +
+                      [f"{timing['compile_s']:.1f}", f"{timing['run_s']:.1f}"]))
   return "\n".join(rows)
 
 

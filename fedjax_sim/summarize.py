@@ -186,6 +186,7 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
   summary = {
       "seeds": [int(s) for s in config.seeds],
       **declared,
+      **({"declared": sorted(declared)} if declared else {}),  # the family's own keys (the table shows them)
       f"{metric}_mean": float(np.mean(scores)),
       f"{metric}_std": sample_std(scores),
       **{f"{k}_mean": float(np.mean([r[k] for r in per_seed])) for k in _client_spread(metric, test[0], ~np.isnan(test[0]))},
