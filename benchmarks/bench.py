@@ -1,7 +1,7 @@
 """The benchmarks of fedjax_sim, one entry point (issue 4, item 6).
 
 Usage:
-  python benchmarks/bench.py --suite engine,seeds,centers,table1 [--rounds R] [--loop-rounds 2]
+  python benchmarks/bench.py --suite engine,seeds,centers,table1,images [--rounds R] [--loop-rounds 2]
                              [--seeds-list 1,5,20,100] [--centers 230,1000,10000,100000]
                              [--json OUT.json] [--record] [--quick]
   python benchmarks/bench.py --record-from A.json,B.json  # append saved runs' rows to RESULTS.md; run nothing
@@ -30,6 +30,9 @@ seeds    FedAvg at 230 centers with 1, 5, 20 and 100 seeds, each seed count one 
          call of R rounds (default 100): compile s, run s, s per round, s per seed, and the
          largest call's run time over the 1-seed call's (acceptance on one H200: 100 seeds
          cost at most 10× one seed).
+images   FedAvg on Fashion-MNIST (issue 10; ``benchmarks/image_suite.py``): K = 10 of N = 100 clients per round
+         against a full round (Dirichlet(0.1) and IID splits: the K-of-N cost ratio), and the engine against a
+         per-client loop over the same K clients, timed in the same run. Needs the Fashion-MNIST files.
 centers  FedAvg and ABPS (``abps_pq_k1_hom``: κ = 1, homogeneity goal filter, bf16 wire,
          1-layer head; ``abps.pool_size = 32`` above 1,000 centers) at 230, 1,000, 10,000 and
          100,000 centers. 230 is the default federation; from 1,000 centers the cohorts are
@@ -88,7 +91,7 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 from fedjax_sim.algorithms.base import weighted_average  # noqa: E402
 from fedjax_sim.algorithms.registry import build_method, build_model, hyper_from_config, preset  # noqa: E402
 from fedjax_sim.config import config_for_method, load_experiment  # noqa: E402
-from fedjax_sim.engine.local import make_client_update  # noqa: E402
+from fedjax_sim.engine.local import ClientContext, ClientData, make_client_update  # noqa: E402
 from fedjax_sim.errors import ConfigError  # noqa: E402
 from fedjax_sim.experiment import (  # noqa: E402
     RunOptions,
@@ -99,6 +102,7 @@ from fedjax_sim.experiment import (  # noqa: E402
 )
 from fedjax_sim.metrics import auroc  # noqa: E402
 from fedjax_sim.models.mlp import head_mask  # noqa: E402
+from fedjax_sim.tasks import task_for  # noqa: E402
 
 RESULTS = HERE / "RESULTS.md"
 ABPS_SCALE = "abps_pq_k1_hom"  # the centers suite's ABPS: κ = 1 + homogeneity goal filter + bf16 + 1-layer head
@@ -214,16 +218,17 @@ def time_fedavg_loop(config, fed, rounds: int) -> dict:
   """FedAvg as a per-client loop: one jitted client update in a Python loop over clients (no vmap), then the
   n-weighted average. No per-round validation (the engine's learning curve is not computed), which only
   favours the loop. Returns the warm-up round (compiles, one per bucket shape, + one round) and s per round."""
-  _, model = build_method("fedavg", config, fed.num_features)
+  _, model = build_method("fedavg", config, fed)
   lc = config.learner
-  update = jax.jit(make_client_update(model.apply, batch_size=lc.batch_size, epochs=lc.local_epochs))
-  hyper = hyper_from_config(config)
+  update = jax.jit(make_client_update(task_for(config, fed).with_model(model), batch_size=lc.batch_size,
+                                      epochs=lc.local_epochs))
+  hyper = hyper_from_config(config, "fedavg")
   clients = _clients(fed)
   theta = model.init(jax.random.key(0))
 
   def one_round(theta, key):
     keys = jax.random.split(key, len(clients))
-    out = [update(keys[i], theta, x, y, n, theta, None, hyper, hyper.learner).params
+    out = [update(keys[i], theta, ClientData(x, y, n), ClientContext(shared=theta, hyper=hyper)).params
            for i, (x, y, n) in enumerate(clients)]
     stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *out)
     return weighted_average(stacked, fed.n_train)
@@ -273,10 +278,11 @@ def time_abps_x_loop(config, fed, rounds: int) -> dict:
   """
   cfg = config_for_method(config, preset("abps_x"))
   a = cfg.abps
-  model = build_model(cfg, fed.num_features)
+  model = build_model(cfg, fed, "abps_x")
   lc = cfg.learner
-  client_update = make_client_update(model.apply, batch_size=lc.batch_size, epochs=lc.local_epochs)
-  hyper = hyper_from_config(cfg)
+  client_update = make_client_update(task_for(cfg, fed).with_model(model), batch_size=lc.batch_size,
+                                     epochs=lc.local_epochs)
+  hyper = hyper_from_config(cfg, "abps_x")
   params0 = model.init(jax.random.key(0))
   flat0, unravel = ravel_pytree(params0)
   body, _ = ravel_pytree(jax.tree_util.tree_map(lambda h, p: jnp.full(p.shape, h), head_mask(params0, a.head_layers),
@@ -287,7 +293,7 @@ def time_abps_x_loop(config, fed, rounds: int) -> dict:
 
   @jax.jit
   def train_flat(key, flat, x, y, n):
-    return ravel_pytree(client_update(key, unravel(flat), x, y, n, None, None, hyper, hyper.learner).params)[0]
+    return ravel_pytree(client_update(key, unravel(flat), ClientData(x, y, n), ClientContext(hyper=hyper)).params)[0]
 
   @jax.jit
   def val_auroc(flat, x, y, m):
@@ -450,6 +456,21 @@ def suite_seeds(args, rec: Recorder, cache: dict):
   del out["in_progress"]
   rec.save()
   print_seeds(out)
+
+
+def suite_images(args, rec: Recorder, cache: dict):
+  """FedAvg on Fashion-MNIST (issue 10): K = 10 of N = 100 clients against a full round (Dirichlet(0.1) and IID),
+  and the engine against a per-client loop over the same K clients; see ``benchmarks/image_suite.py``."""
+  import image_suite
+  out = image_suite.suite(rounds=args.rounds or (1 if args.quick else 2), loop_rounds=args.loop_rounds,
+                          path=args.fmnist_path)
+  rec.result["suites"]["images"] = out
+  for part in ("dirichlet", "iid"):
+    r = out[part]
+    print(f"images ({part}): K = 10 of {r['clients']}: {r['engine_k']['s_per_round']:.2f} s/round, full round "
+          f"{r['engine_full']['s_per_round']:.2f} s/round, ratio {r['k_of_n_ratio']:.3f}"
+          + (f"; per-client loop {r['loop_k']['s_per_round']:.2f} s/round "
+             f"({r['engine_speedup_over_loop']:.2f}× the engine)" if "loop_k" in r else ""), flush=True)
 
 
 def suite_table1(args, rec: Recorder, cache: dict):
@@ -800,7 +821,9 @@ def parse_list(s: str):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--suite", default="engine,seeds,centers", help="comma-separated: engine, seeds, centers, table1")
+  p.add_argument("--suite", default="engine,seeds,centers",
+                 help="comma-separated: engine, seeds, centers, table1, images")
+  p.add_argument("--fmnist-path", default="", help="images suite: the Fashion-MNIST folder (default Debian's)")
   p.add_argument("--rounds", type=int, default=None,
                  help="rounds of every engine call (default: seeds 100, engine 20, centers 5; --quick: 2)")
   p.add_argument("--loop-rounds", type=int, default=None, help="timed per-client loop rounds (default 2; --quick 1)")
@@ -836,9 +859,9 @@ def main(argv=None):
     return None
 
   suites = [s.strip() for s in args.suite.split(",") if s.strip()]
-  bad = [s for s in suites if s not in ("engine", "seeds", "centers", "table1")]
+  bad = [s for s in suites if s not in ("engine", "seeds", "centers", "table1", "images")]
   if bad:
-    p.error(f"unknown suite(s) {', '.join(bad)}; choose from engine, seeds, centers, table1")
+    p.error(f"unknown suite(s) {', '.join(bad)}; choose from engine, seeds, centers, table1, images")
   q = args.quick
   args.rounds_seeds = args.rounds or (2 if q else 100)
   args.rounds_engine = args.rounds or (2 if q else 20)
@@ -851,11 +874,11 @@ def main(argv=None):
   print(f"machine: {rec.result['machine']}; jax {jax.__version__}; suites: {', '.join(suites)}", flush=True)
   cache = {}
   # Seeds first: on an accelerator it is the acceptance figure; centers last (children, largest last).
-  for suite in ("seeds", "engine", "centers", "table1"):
+  for suite in ("seeds", "engine", "centers", "table1", "images"):
     if suite in suites:
       t0 = time.perf_counter()
       {"seeds": suite_seeds, "engine": suite_engine, "centers": suite_centers,
-       "table1": suite_table1}[suite](args, rec, cache)
+       "table1": suite_table1, "images": suite_images}[suite](args, rec, cache)
       rec.result["suites"][suite].setdefault("wall_s", time.perf_counter() - t0)  # table1 times its own
       rec.save()
   if "fed" in cache:

@@ -74,6 +74,9 @@ def resolve_key(key: str, methods: Sequence[str]) -> str:
   if len(matches) > 1:
     sections = sections_of_methods(methods)
     matches = [k for k in matches if k.split(".", 1)[0] in sections] or matches
+    own = [k for k in matches if not k.startswith("learner.")]
+    if len(own) == 1 and len(matches) == 2:  # a method's own setting wins over the learner's (abps.momentum)
+      matches = own
     if len(matches) > 1:
       raise ConfigError(f"--sweep {key}: ambiguous; write one of {', '.join(matches)}")
   if matches:

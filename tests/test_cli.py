@@ -65,7 +65,7 @@ def test_csv_source_runs_local(tmp_path, capsys):
     (["fedavg", "--rounds", "abc"], "rounds: expected an integer, got 'abc'"),
     (["fedavg", "--set", "rounds"], "--set expects KEY=VALUE"),
     (["fedavg", "--compile-workers", "-1"], "--compile-workers must be a non-negative integer, got '-1'"),
-    (["fedavg", "--set", "methods=fedavg,bogus"], "unknown method 'bogus'; choose from: local, centralized"),
+    (["fedavg", "--set", "methods=fedavg,bogus"], "unknown method 'bogus'; choose from: abps, abps_p, "),
     (["fedavg", "--set", "data.source=parquet"], "data.source must be one of synthetic, mimic, csv"),
     (["fedavg", "--set", "data.source=csv"], "data.path must be set for data.source = csv"),
     (["fedavg", "--set", "data.source=csv", "--set", "data.path=/nonexistent/x.csv",

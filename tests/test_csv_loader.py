@@ -225,7 +225,7 @@ def test_data_keys_reach_the_loader(tmp_path):
 
 def test_impute_key_choices_are_validated():
   assert config.ExperimentConfig().data.impute == "none"
-  with pytest.raises(ConfigError, match="data.impute must be one of none, median; got 'mean'"):
+  with pytest.raises(ConfigError, match="^data.impute must be one of none, median, got 'mean'$"):
     config.apply_overrides(config.ExperimentConfig(), {"data.impute": "mean"})
 
 

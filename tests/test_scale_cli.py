@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_sim import checkpoint, experiment, run
+from fedjax_sim import checkpoint, execute, experiment, run
 
 TINY = ["--set", "data.num_centers=6", "--set", "data.total_stays=900", "--set", "learner.hidden=8,4",
         "--set", "learner.num_buckets=1", "--set", "learner.local_epochs=1", "--quiet"]
@@ -105,10 +105,10 @@ def test_resume_rejects_a_directory_without_a_run_and_changed_flags(tmp_path, ca
 
 
 def test_nonfinite_parameters_stop_the_run_naming_round_method_and_center(tmp_path, monkeypatch, capsys):
-  real_build = experiment.build_method
+  real_build = execute.build_method
 
-  def poisoned(name, config, num_features, num_clients=0):
-    algorithm, model = real_build(name, config, num_features, num_clients)
+  def poisoned(name, config, federation):
+    algorithm, model = real_build(name, config, federation)
 
     def round_fn(key, state, fed, hyper, t):
       state, metrics = algorithm.round(key, state, fed, hyper, t)
@@ -117,7 +117,7 @@ def test_nonfinite_parameters_stop_the_run_naming_round_method_and_center(tmp_pa
 
     return algorithm._replace(round=round_fn), model
 
-  monkeypatch.setattr(experiment, "build_method", poisoned)
+  monkeypatch.setattr(execute, "build_method", poisoned)  # execute builds the methods
   out = tmp_path / "nan"
   code = run.main(["fedavg", "--rounds", "4", "--seeds", "1", "--checkpoint-every", "1", "--out", str(out)] + TINY)
   err = capsys.readouterr().err
@@ -132,9 +132,9 @@ def test_nonfinite_parameters_stop_the_run_naming_round_method_and_center(tmp_pa
 
 def test_nonfinite_local_loss_names_the_first_center(tmp_path, capsys, monkeypatch):
   # learner.learning_rate is refused above 10 (issue 9), so the traced step size is raised past validation.
-  real = experiment.hyper_from_config
-  monkeypatch.setattr(experiment, "hyper_from_config", lambda c: real(c).replace(
-      learner=real(c).learner.replace(learning_rate=jnp.float32(1e38))))
+  real = execute.hyper_from_config
+  monkeypatch.setattr(execute, "hyper_from_config", lambda c, name=None: real(c, name).replace(
+      learner=real(c, name).learner.replace(learning_rate=jnp.float32(1e38))))
   out = tmp_path / "lr"
   code = run.main(["local", "--rounds", "2", "--seeds", "1", "--out", str(out)] + TINY)
   err = capsys.readouterr().err
@@ -295,8 +295,8 @@ def test_run_methods_window_order_and_errors(monkeypatch, workers):
       log.append(("prepare", name))
     return _FakePrepared(name, log, fail_compile=fail.get(name) == "compile", fail_run=fail.get(name) == "run")
 
-  monkeypatch.setattr(experiment, "prepare_method", fake_prepare)
-  monkeypatch.setattr(experiment, "run_method", lambda n, c, f, o: _run_alone(fake_prepare(n, c, f, o)))
+  monkeypatch.setattr(execute, "prepare_method", fake_prepare)
+  monkeypatch.setattr(execute, "run_method", lambda n, c, f, o: _run_alone(fake_prepare(n, c, f, o)))
   names = [f"m{i}" for i in range(6)]
   runs = list(experiment.run_methods(names, None, None, workers=workers))
   assert [r.name for r in runs] == names

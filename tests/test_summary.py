@@ -21,7 +21,10 @@ ROUNDS = 4
 
 
 class FakeFederation:
-  """What summarize reads from a federation: its size, feature count and test masks."""
+  """What summarize reads from a federation: its size, feature shape, task and test masks."""
+
+  task = "binary"  # the clinical task (the reference model is the MLP with one logit)
+  num_classes = 2
 
   def __init__(self, test_rows, num_features=3):
     self.names = tuple(f"c{i}" for i in range(len(test_rows)))
@@ -37,6 +40,10 @@ class FakeFederation:
   def num_features(self):
     return len(self.feature_names)
 
+  @property
+  def feature_shape(self):
+    return (self.num_features,)
+
 
 def fake_out(test_auroc, bytes_per_round=0.0, active=1.0):
   """A host ``out`` tree: ``test_auroc [S, C]`` and per-round metrics ``[S, R]``."""
@@ -44,7 +51,8 @@ def fake_out(test_auroc, bytes_per_round=0.0, active=1.0):
   s = test.shape[0]
   per_round = lambda v: np.full((s, ROUNDS), v, np.float64)  # noqa: E731
   metrics = types.SimpleNamespace(bytes=per_round(bytes_per_round), active=per_round(active),
-                                  rest_fraction=per_round(0.0), mean_partners=per_round(1.0))
+                                  rest_fraction=per_round(0.0), mean_partners=per_round(1.0),
+                                  extra=None)  # RoundMetrics.extra: no family-declared metrics
   return types.SimpleNamespace(test_auroc=test,
                                history=types.SimpleNamespace(metrics=metrics, val_auroc=per_round(0.5)))
 

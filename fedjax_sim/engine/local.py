@@ -232,8 +232,11 @@ def selection_plan(n_train, clients_per_round: int, batch_size: int, num_buckets
   most as many rows as the (C − K + j)-th smallest of all C, so slot j is padded to
   that bound. The slot bounds are cut into at most ``num_buckets`` groups the way
   training buckets are (:func:`fedjax_sim.data.federation.plan_buckets`), so a round
-  costs Σ_j ⌈bound_j / batch⌉ steps: it grows with K, not with C (at most the K largest
-  clients' work, whichever K are selected).
+  costs Σ_g slots_g·⌈rows_g / batch⌉ steps whichever K are selected: it grows with K, not
+  with C. That is the K largest clients' work when every distinct step count among them
+  has its own group, and the best contiguous grouping of their bounds otherwise. Decision:
+  shapes are static, so the bound is the worst case over selections; with very uneven
+  sizes (Dirichlet label skew) a typical selection is padded well beyond its own work.
 
   Returns:
     ``((slots, rows), ...)``: each group's slot count and padded length, in slot order.

@@ -44,6 +44,8 @@ def mlp_model(num_features: int, hidden=(128, 64), dropout: float = 0.2, outputs
 
   def apply(params, x, train, rng):
     rngs = {"dropout": rng} if train else {}
+    if len(shape) > 1:  # rows that are not flat (images): flattened, leading axes kept
+      x = x.reshape(x.shape[:x.ndim - len(shape)] + (-1,))
     return module.apply({"params": params}, x, train=train, rngs=rngs)
 
   return Model(init=init, apply=apply)

@@ -70,8 +70,6 @@ class MLP(nn.Module):
       the last hidden layer's ReLU output before dropout (MOON's ``z``).
     """
     h = x.astype(jnp.float32) / 255.0 if x.dtype == jnp.uint8 else x
-    if h.ndim > 2:  # images: flattened per row
-      h = h.reshape(h.shape[0], -1)
     for i, width in enumerate(self.hidden):
       h = nn.relu(nn.Dense(width, name=f"hidden_{i}")(h))
       rep = h
