@@ -24,7 +24,11 @@ from fedjax_sim.outputs import (METRIC_LABELS, RESULTS_COLUMNS, _json_safe, _met
 
 # 2 (issue 9): auroc_std is the sample std (ddof = 1; null with one seed, named by each method's "std"), and
 # methods gain centers_scored, median_test_rows and small_test_centers. 1: auroc_std was np.std (ddof = 0).
-SCHEMA_VERSION = 2
+# 3 (issue 10): a top-level "metric" names the task's metric, and the metric keys follow it (auroc_mean for the
+# clinical task as before; accuracy_mean, accuracy_worst_mean, accuracy_client_std_mean for images and text);
+# "federation" may hold "majority_rate"; a method family's declared keys (participation_jain, ...) and their list
+# "declared" appear where the family reports them. Clinical entries are otherwise unchanged.
+SCHEMA_VERSION = 3
 
 
 def parse_args(argv):

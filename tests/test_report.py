@@ -40,7 +40,7 @@ def test_table1_cli_writes_report(tmp_path, capsys):
   for name in ("summary.json", "table1.md", "ranking.png", "pareto.png"):
     assert (out / name).is_file()
   summary = json.loads((out / "summary.json").read_text())
-  assert summary["config"]["report"] == "table1" and summary["schema_version"] == 2
+  assert summary["config"]["report"] == "table1" and summary["schema_version"] == 3
   fedavg = summary["methods"]["fedavg"]
   assert fedavg["auroc_std"] is None and "ddof=1" in fedavg["std"]  # one seed: no sample std
   assert f"Centers scored: {fedavg['centers_scored']} of {summary['federation']['clients']}" in printed
