@@ -6,6 +6,7 @@ handful of buckets in all) and scatters the results back onto the client axis.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -124,7 +125,7 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
 
   grad_fn = jax.value_and_grad(objective)
 
-  def client_update(key, params, data: ClientData, ctx: ClientContext) -> ClientResult:
+  def client_update(key, params, data: ClientData, ctx: ClientContext, dynamic: bool = False) -> ClientResult:
     x, y, n = data
     n_pad = x.shape[0]
     opt = task.make_optimizer(ctx.hyper.learner, ctx.t)
@@ -156,6 +157,10 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
           idx = jax.lax.dynamic_slice(order, (s * batch_size,), (batch_size,))
           return sgd_step(carry, idx, pos < n, jax.random.fold_in(k_steps, s), s < my_steps), None
 
+        if dynamic:  # stop at this client's own step count (vmapped: at the longest of the batch)
+          _, carry = jax.lax.while_loop(lambda c: c[0] < my_steps,
+                                        lambda c: (c[0] + 1, step(c[1], c[0])[0]), (jnp.asarray(0), carry))
+          return carry, None
         carry, _ = jax.lax.scan(step, carry, jnp.arange(steps_per_epoch))
         return carry, None
 
@@ -174,6 +179,10 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
       steps = jnp.where(n > 0, local_steps, 0)
     return ClientResult(params=params, loss=loss_sum / jnp.maximum(steps, 1), steps=steps)
 
+  # K-of-N training pads slots to worst-case bounds; with ``dynamic`` the steps of an epoch run in a while loop
+  # that stops at the client's own count (under vmap: the longest client of the slot group), so a round costs
+  # what its selected clients need, not the bound. The same steps, keys and masks as the scan: same results.
+  client_update.dynamic_steps = functools.partial(client_update, dynamic=True)
   return client_update
 
 
@@ -236,7 +245,10 @@ def selection_plan(n_train, clients_per_round: int, batch_size: int, num_buckets
   with C. That is the K largest clients' work when every distinct step count among them
   has its own group, and the best contiguous grouping of their bounds otherwise. Decision:
   shapes are static, so the bound is the worst case over selections; with very uneven
-  sizes (Dirichlet label skew) a typical selection is padded well beyond its own work.
+  sizes (Dirichlet label skew) a typical selection has far fewer rows. The steps themselves
+  stop at each client's own count (``client_update.dynamic_steps``: a while loop, under
+  vmap the longest client of its slot group), so padding costs the per-epoch shuffle and
+  memory, not optimizer steps.
 
   Returns:
     ``((slots, rows), ...)``: each group's slot count and padded length, in slot order.
@@ -293,7 +305,7 @@ def train_selected(client_update: Callable, key: jax.Array, params, federation: 
   k = selected.shape[0]
   order = jnp.argsort(federation.n_train[selected], stable=True)  # slot j: the j-th smallest selected client
   by_size = selected[order]
-  vmapped = _vmapped(client_update, params_stacked, own is not None)
+  vmapped = _vmapped(getattr(client_update, "dynamic_steps", client_update), params_stacked, own is not None)
   parts, offset = [], 0
   for slots, length in plan:  # a few static slot groups
     ids = by_size[offset:offset + slots]
