@@ -31,6 +31,34 @@ def shape_count(model) -> int:
   return num_params(jax.eval_shape(model.init, jax.random.key(0)))
 
 
+# ----------------------------------------------------------------------------------- the slice convolution
+
+
+@settings(max_examples=25, deadline=None)
+@given(h=st.integers(3, 9), w=st.integers(3, 9), c=st.integers(1, 3), f=st.integers(1, 4), k=st.sampled_from([1, 2, 3]),
+       s=st.sampled_from([1, 2]), padding=st.sampled_from(["VALID", "SAME"]), seed=st.integers(0, 2**16))
+def test_slice_conv_is_lax_s_cross_correlation(h, w, c, f, k, s, padding, seed):
+  """slice_conv computes what lax.conv_general_dilated (flax's nn.Conv) does: NHWC × HWIO, strides, VALID/SAME."""
+  kx, kk = jax.random.split(jax.random.key(seed))
+  x = jax.random.normal(kx, (2, h, w, c))
+  kernel = jax.random.normal(kk, (k, k, c, f))
+  want = jax.lax.conv_general_dilated(x, kernel, (s, s), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
+  got = zoo.slice_conv(x, kernel, (s, s), padding)
+  assert got.shape == want.shape
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_module_matches_flax_conv_with_the_same_parameters():
+  """zoo.Conv has nn.Conv's parameter tree and function (checkpoints are interchangeable)."""
+  import flax.linen as nn
+  x = jax.random.normal(jax.random.key(1), (3, 8, 8, 2))
+  for kw in (dict(padding="VALID"), dict(padding="SAME", strides=(2, 2), use_bias=False)):
+    ours, theirs = zoo.Conv(5, (3, 3), **kw), nn.Conv(5, (3, 3), **kw)
+    params = theirs.init(jax.random.key(2), x)
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(ours.init(jax.random.key(2), x))
+    np.testing.assert_allclose(ours.apply(params, x), theirs.apply(params, x), rtol=1e-5, atol=1e-5)
+
+
 # ----------------------------------------------------------------------------------- parameter counts
 
 

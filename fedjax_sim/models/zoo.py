@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import Sequence
+from typing import Callable, Sequence
 
 import flax.linen as nn
 import jax
@@ -27,6 +27,68 @@ from fedjax_sim.models.mlp import HashDropout
 
 
 # --------------------------------------------------------------------------------------------- helpers
+
+
+def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
+  """flax/TF 'SAME' padding of one spatial axis: output ceil(size / stride), the odd pixel at the end."""
+  total = max((-(-size // stride) - 1) * stride + kernel - size, 0)
+  return total // 2, total - total // 2
+
+
+def slice_conv(x: jax.Array, kernel: jax.Array, strides=(1, 1), padding: str = "VALID") -> jax.Array:
+  """2-D cross-correlation ``[B, H, W, C] * [kh, kw, C, F] -> [B, H', W', F]`` as one matmul over shifted slices.
+
+  The same function as ``lax.conv_general_dilated`` with NHWC/HWIO/NHWC (what ``flax.linen.Conv`` computes):
+  the kh·kw shifted, strided views of ``x`` are stacked on the channel axis in (i, j, c) order, which is the row
+  order of ``kernel.reshape(kh·kw·C, F)``, so each output pixel is Σ_{i,j,c} x[s·h+i, s·w+j, c] K[i, j, c, f].
+  Decision (issue 10 finding, docs/PLATFORM.md): XLA:CPU runs a convolution whose kernel is vmapped over
+  clients as a grouped convolution, 3× slower than this form under ``vmap`` (LeNet's step, 10 clients ×
+  batch 32: 28.8 ms → 9.2 ms per client-step) and 3.3× slower under ``lax.map``; slices, a concatenation
+  and a batched matmul vectorize over clients like any dense layer. Memory: the stacked slices are kh·kw
+  times the input (LeNet on 28×28: 25 × 784 floats per image).
+  """
+  kh, kw, c, f = kernel.shape
+  sh, sw = strides
+  if padding == "SAME":
+    x = jnp.pad(x, ((0, 0), _same_padding(x.shape[1], kh, sh), _same_padding(x.shape[2], kw, sw), (0, 0)))
+  elif padding != "VALID":
+    raise ValueError(f"slice_conv: padding must be 'VALID' or 'SAME', got {padding!r}")
+  h_out = (x.shape[1] - kh) // sh + 1
+  w_out = (x.shape[2] - kw) // sw + 1
+  views = [x[:, i:i + sh * (h_out - 1) + 1:sh, j:j + sw * (w_out - 1) + 1:sw, :] for i in range(kh) for j in range(kw)]
+  stacked = views[0] if len(views) == 1 else jnp.concatenate(views, axis=-1)
+  return stacked @ kernel.reshape(kh * kw * c, f)
+
+
+class Conv(nn.Module):
+  """``flax.linen.Conv``'s parameters (``kernel [kh, kw, C, F]``, ``bias [F]``) and function, computed by
+  :func:`slice_conv` (see there why). Checkpoints and initializers are interchangeable with ``nn.Conv``'s.
+
+  Attributes:
+    features: output channels F.
+    kernel_size: (kh, kw).
+    strides: (sh, sw).
+    padding: 'VALID' or 'SAME'.
+    use_bias: add a learned bias.
+    kernel_init, bias_init: as ``nn.Conv``'s (defaults: LeCun normal, zeros).
+  """
+
+  features: int
+  kernel_size: Sequence[int]
+  strides: Sequence[int] = (1, 1)
+  padding: str = "SAME"
+  use_bias: bool = True
+  kernel_init: Callable = nn.initializers.lecun_normal()
+  bias_init: Callable = nn.initializers.zeros
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    kh, kw = self.kernel_size
+    kernel = self.param("kernel", self.kernel_init, (kh, kw, x.shape[-1], self.features), jnp.float32)
+    y = slice_conv(x, kernel, tuple(self.strides), self.padding)
+    if self.use_bias:
+      y = y + self.param("bias", self.bias_init, (self.features,), jnp.float32)
+    return y
 
 
 def image_to_float(x: jax.Array) -> jax.Array:
@@ -162,7 +224,7 @@ class LeNet(nn.Module):
       last hidden ReLU output (the 84-d layer).
     """
     del train
-    conv = lambda f, name: nn.Conv(f, (5, 5), padding="VALID", name=name, kernel_init=TORCH_KERNEL_INIT,  # noqa: E731
+    conv = lambda f, name: Conv(f, (5, 5), padding="VALID", name=name, kernel_init=TORCH_KERNEL_INIT,  # noqa: E731
                                    bias_init=torch_bias_init(5 * 5 * x.shape[-1] if name == "conv_0" else 5 * 5 * 6))
     h = nn.max_pool(nn.relu(conv(6, "conv_0")(x)), (2, 2), (2, 2))
     h = nn.max_pool(nn.relu(conv(16, "conv_1")(h)), (2, 2), (2, 2))
@@ -217,8 +279,8 @@ class FemnistCNN(nn.Module):
       ``(logits [B, num_classes], representation [B, 128])``; the representation is the fc-128 ReLU
       output before its dropout (as :class:`fedjax_sim.models.mlp.MLP`).
     """
-    h = nn.relu(nn.Conv(32, (3, 3), padding="VALID", name="conv_0")(x))
-    h = nn.relu(nn.Conv(64, (3, 3), padding="VALID", name="conv_1")(h))
+    h = nn.relu(Conv(32, (3, 3), padding="VALID", name="conv_0")(x))
+    h = nn.relu(Conv(64, (3, 3), padding="VALID", name="conv_1")(h))
     h = nn.max_pool(h, (2, 2), (2, 2))
     h = HashDropout(self.dropout[0])(h, deterministic=not train)
     h = h.reshape(h.shape[0], -1)
@@ -277,14 +339,14 @@ class BasicBlock(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     s = (self.stride, self.stride)
-    y = nn.Conv(self.width, (3, 3), strides=s, padding="SAME", use_bias=False, name="conv_0")(x)
+    y = Conv(self.width, (3, 3), strides=s, padding="SAME", use_bias=False, name="conv_0")(x)
     y = nn.relu(nn.GroupNorm(num_groups=self.groups, name="norm_0")(y))
-    y = nn.Conv(self.width, (3, 3), padding="SAME", use_bias=False, name="conv_1")(y)
+    y = Conv(self.width, (3, 3), padding="SAME", use_bias=False, name="conv_1")(y)
     y = nn.GroupNorm(num_groups=self.groups, name="norm_1")(y)
     if self.stride == 1 and x.shape[-1] == self.width:
       res = x
     elif self.shortcut == "projection":
-      res = nn.Conv(self.width, (1, 1), strides=s, use_bias=False, name="shortcut_conv")(x)
+      res = Conv(self.width, (1, 1), strides=s, padding="SAME", use_bias=False, name="shortcut_conv")(x)
       res = nn.GroupNorm(num_groups=self.groups, name="shortcut_norm")(res)
     else:  # option A: x[::s, ::s], new channels zero, split evenly on both sides as in the CIFAR code
       res = x[:, ::self.stride, ::self.stride, :]
@@ -320,7 +382,7 @@ class ResNet(nn.Module):
       globally average-pooled last-stage features.
     """
     del train
-    h = nn.Conv(self.widths[0], (3, 3), padding="SAME", use_bias=False, name="stem_conv")(x)
+    h = Conv(self.widths[0], (3, 3), padding="SAME", use_bias=False, name="stem_conv")(x)
     h = nn.relu(nn.GroupNorm(num_groups=self.groups, name="stem_norm")(h))
     for stage, width in enumerate(self.widths):
       for b in range(self.blocks):
