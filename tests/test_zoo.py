@@ -34,16 +34,17 @@ def shape_count(model) -> int:
 # ----------------------------------------------------------------------------------- the slice convolution
 
 
-@settings(max_examples=25, deadline=None)
-@given(h=st.integers(3, 9), w=st.integers(3, 9), c=st.integers(1, 3), f=st.integers(1, 4), k=st.sampled_from([1, 2, 3]),
-       s=st.sampled_from([1, 2]), padding=st.sampled_from(["VALID", "SAME"]), seed=st.integers(0, 2**16))
-def test_slice_conv_is_lax_s_cross_correlation(h, w, c, f, k, s, padding, seed):
-  """slice_conv computes what lax.conv_general_dilated (flax's nn.Conv) does: NHWC × HWIO, strides, VALID/SAME."""
-  kx, kk = jax.random.split(jax.random.key(seed))
-  x = jax.random.normal(kx, (2, h, w, c))
-  kernel = jax.random.normal(kk, (k, k, c, f))
-  want = jax.lax.conv_general_dilated(x, kernel, (s, s), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))
-  got = zoo.slice_conv(x, kernel, (s, s), padding)
+@pytest.mark.parametrize("h,w,c,f,k,s,padding", [
+    (9, 7, 2, 3, 3, 1, "VALID"), (8, 8, 1, 4, 5, 1, "VALID"), (7, 9, 3, 2, 3, 2, "SAME"), (8, 6, 2, 3, 2, 2, "SAME"),
+    (5, 5, 3, 4, 1, 2, "SAME"), (6, 7, 1, 2, 3, 2, "VALID")])
+def test_slice_conv_is_lax_s_cross_correlation(h, w, c, f, k, s, padding):
+  """slice_conv computes what lax.conv_general_dilated (flax's nn.Conv) does: NHWC × HWIO, strides, VALID/SAME,
+  odd and even sizes (SAME puts the odd padding pixel at the end), kernels 1–5."""
+  rng = np.random.default_rng(h * 1000 + w * 100 + k * 10 + s)
+  x, kernel = rng.normal(size=(2, h, w, c)).astype(np.float32), rng.normal(size=(k, k, c, f)).astype(np.float32)
+  both = jax.jit(lambda x, kern: (zoo.slice_conv(x, kern, (s, s), padding), jax.lax.conv_general_dilated(
+      x, kern, (s, s), padding, dimension_numbers=("NHWC", "HWIO", "NHWC"))))
+  got, want = both(x, kernel)
   assert got.shape == want.shape
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -54,9 +55,11 @@ def test_conv_module_matches_flax_conv_with_the_same_parameters():
   x = jax.random.normal(jax.random.key(1), (3, 8, 8, 2))
   for kw in (dict(padding="VALID"), dict(padding="SAME", strides=(2, 2), use_bias=False)):
     ours, theirs = zoo.Conv(5, (3, 3), **kw), nn.Conv(5, (3, 3), **kw)
-    params = theirs.init(jax.random.key(2), x)
-    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(ours.init(jax.random.key(2), x))
-    np.testing.assert_allclose(ours.apply(params, x), theirs.apply(params, x), rtol=1e-5, atol=1e-5)
+    params = jax.jit(theirs.init)(jax.random.key(2), x)
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(
+        jax.eval_shape(ours.init, jax.random.key(2), x))
+    got, want = jax.jit(lambda p, x: (ours.apply(p, x), theirs.apply(p, x)))(params, x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------- parameter counts
