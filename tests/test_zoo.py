@@ -138,7 +138,8 @@ def built():
   out = {}
   for name, (factory, shape, classes, rep) in IMAGE_MODELS.items():
     model = factory()
-    params = [model.init(jax.random.key(i)) for i in range(2)]
+    init = jax.jit(model.init)  # one compiled init per model (eager init dispatches op by op)
+    params = [init(jax.random.key(i)) for i in range(2)]
     out[name] = (model, params, shape, classes, rep, jax.jit(lambda p, x, m=model: m.apply(p, x, False, None)))
   return out
 
