@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 
@@ -52,12 +51,6 @@ def _lenet(torch, in_channels: int, num_classes: int, side: int):
   return nn.Sequential(nn.Conv2d(in_channels, 6, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(6, 16, 5), nn.ReLU(),
                        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84),
                        nn.ReLU(), nn.Linear(84, num_classes))
-
-
-def _cosine(lr0: float, lr1: float, t: int, rounds: int) -> float:
-  """fedjax_sim.tasks.learning_rate_at's cosine: lr0 at round 1, lr1 at round R."""
-  frac = (t - 1) / max(rounds - 1, 1)
-  return lr1 + 0.5 * (lr0 - lr1) * (1.0 + math.cos(math.pi * frac))
 
 
 def _flax_to_torch(params, net, torch):
@@ -146,6 +139,7 @@ def main(argv=None) -> int:
     print("error: this reference needs PyTorch (pip install torch); fedjax_sim itself does not", file=sys.stderr)
     return 2
   from fedjax_sim.config import load_experiment
+  from fedjax_sim.tasks import learning_rate_at
   config = load_experiment(args.experiment)
   lc, rounds = config.learner, args.rounds or config.rounds
   if lc.model != "lenet" or lc.optimizer != "sgd":
@@ -184,7 +178,7 @@ def main(argv=None) -> int:
 
   for t in range(1, rounds + 1):
     s = time.perf_counter()
-    lr = _cosine(lc.learning_rate, lc.final_learning_rate, t, rounds) if lc.schedule == "cosine" else lc.learning_rate
+    lr = float(learning_rate_at(lc.schedule, lc.learning_rate, lc.final_learning_rate, t, rounds))
     chosen = rng.choice(len(data), k, replace=False)
     acc_state, losses = None, []
     for i in chosen:  # the per-client loop of FL papers' code
