@@ -11,7 +11,7 @@ def auroc(scores: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
 
   AUROC = (Σ_{positives} rank − P(P+1)/2) / (P·N), with average ranks over ties,
   which counts a tied (positive, negative) pair as one half. Rows with
-  ``mask == False`` are ignored. O(n log n): one sort and two searchsorted.
+  ``mask == False`` are ignored. O(n log n): one sort, then the tie runs.
 
   Args:
     scores: ``[n]`` real scores (higher = more likely positive).
@@ -21,23 +21,59 @@ def auroc(scores: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
   Returns:
     A scalar; NaN when the masked rows hold only one class (AUROC undefined).
   """
-  scores = scores.astype(jnp.float32)
+  n = scores.shape[0]
   big = jnp.inf
-  valid_sorted = jnp.sort(jnp.where(mask, scores, big))
-  left = jnp.searchsorted(valid_sorted, scores, side="left")
-  right = jnp.searchsorted(valid_sorted, scores, side="right")
-  rank = (left + right + 1).astype(jnp.float32) / 2.0  # average 1-based rank among valid rows
-  pos = mask & (labels > 0.5)
-  neg = mask & (labels <= 0.5)
-  n_pos = jnp.sum(pos).astype(jnp.float32)
-  n_neg = jnp.sum(neg).astype(jnp.float32)
-  u = jnp.sum(jnp.where(pos, rank, 0.0)) - n_pos * (n_pos + 1.0) / 2.0
+  # One sort of (score, label), invalid rows last (+inf); a row's average 1-based rank among the valid rows is
+  # (start + end + 1) / 2 over its run of equal scores (start: rows before the run; end: rows up to its end).
+  # Decision (issue 11): ranks from run boundaries rather than two searchsorted scans per call, the same ranks
+  # (exact half-integers, so the same AUROC bit for bit) at a fraction of the compile: AUROC is compiled at every
+  # evaluation site (ABPS has six).
+  s_sorted, pos_sorted, valid_sorted = jax.lax.sort(
+      (jnp.where(mask, scores.astype(jnp.float32), big), mask & (labels > 0.5), mask), num_keys=1, is_stable=True)
+  i = jnp.arange(n, dtype=jnp.int32)
+  new_run = jnp.concatenate([jnp.ones((1,), bool), s_sorted[1:] != s_sorted[:-1]])
+  run_start = jax.lax.cummax(jnp.where(new_run, i, 0))
+  last = jnp.concatenate([new_run[1:], jnp.ones((1,), bool)])
+  run_end = jax.lax.cummin(jnp.where(last, i + 1, n), reverse=True)
+  rank = (run_start + run_end + 1).astype(jnp.float32) / 2.0
+  n_pos = jnp.sum(pos_sorted).astype(jnp.float32)
+  n_neg = jnp.sum(valid_sorted & ~pos_sorted).astype(jnp.float32)
+  u = jnp.sum(jnp.where(pos_sorted, rank, 0.0)) - n_pos * (n_pos + 1.0) / 2.0
   defined = (n_pos > 0) & (n_neg > 0)
   return jnp.where(defined, u / jnp.maximum(n_pos * n_neg, 1.0), jnp.nan)
 
 
 batched_auroc = jax.vmap(auroc)
 """AUROC per client: ``[C, n]`` scores, labels, mask → ``[C]``."""
+
+
+def auroc_by_rows(logits: jax.Array, labels: jax.Array, client: jax.Array, num_clients: int) -> jax.Array:
+  """Per-client AUROC ``[C]`` from flat rows (issue 11 item 3: evaluation that costs the rows, not C × the
+  longest split): ``logits [R]`` (or ``[R, 1]``), ``labels [R]``, ``client [R]`` (C on padding rows).
+
+  The same statistic as :func:`auroc` per client: one sort of all rows by (client, score); a row's average rank
+  within its client is (smaller + not larger + 1) / 2, read off the boundaries of its run of equal (client,
+  score); U_c = Σ_{positives of c} rank − P_c(P_c + 1)/2 and AUROC_c = U_c / (P_c N_c), NaN when c lacks a class.
+  Equal to :func:`batched_auroc` on the padded splits up to float summation order (tested).
+  """
+  r = logits.shape[0]
+  scores = logits.reshape(r, -1)[:, 0].astype(jnp.float32)
+  client = client.astype(jnp.int32)
+  pos_sorted = jnp.arange(r, dtype=jnp.int32)
+  c_s, s_s, y_s = jax.lax.sort((client, scores, labels.astype(jnp.float32)), num_keys=2, is_stable=True)
+  first = jnp.concatenate([jnp.ones((1,), bool), (c_s[1:] != c_s[:-1])])
+  new_run = jnp.concatenate([jnp.ones((1,), bool), (c_s[1:] != c_s[:-1]) | (s_s[1:] != s_s[:-1])])
+  client_start = jax.lax.cummax(jnp.where(first, pos_sorted, 0))
+  run_start = jax.lax.cummax(jnp.where(new_run, pos_sorted, 0))
+  run_end = jax.lax.cummin(jnp.where(jnp.concatenate([new_run[1:], jnp.ones((1,), bool)]), pos_sorted + 1, r),
+                           reverse=True)  # one past the run's last row
+  rank = ((run_start - client_start) + (run_end - client_start) + 1).astype(jnp.float32) / 2.0
+  pos = y_s > 0.5
+  seg = lambda v: jax.ops.segment_sum(v, c_s, num_segments=num_clients + 1)[:-1]  # noqa: E731  (C: padding)
+  n_pos = seg(pos.astype(jnp.float32))
+  n_neg = seg((~pos).astype(jnp.float32))
+  u = seg(jnp.where(pos, rank, 0.0)) - n_pos * (n_pos + 1.0) / 2.0
+  return jnp.where((n_pos > 0) & (n_neg > 0), u / jnp.maximum(n_pos * n_neg, 1.0), jnp.nan)
 
 
 def mean_defined(values: jax.Array):

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_sim.metrics import batched_auroc
+from fedjax_sim.metrics import auroc_by_rows, batched_auroc
 from fedjax_sim.models import Model
 
 
@@ -151,7 +151,7 @@ class Task:
 
 def binary_task(model: Model, *, optimizer: str = "adam", schedule: str = "constant", rounds: int = 1) -> Task:
   """Paper 000's task: one logit, BCE, per-client AUROC (SPEC §3.1)."""
-  return Task("binary", model, bce_with_logits, batched_auroc, "auroc", optimizer, schedule, rounds)
+  return Task("binary", model, bce_with_logits, batched_auroc, "auroc", optimizer, schedule, rounds, auroc_by_rows)
 
 
 def multiclass_task(model: Model, *, optimizer: str = "sgd", schedule: str = "cosine", rounds: int = 1) -> Task:

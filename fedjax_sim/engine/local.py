@@ -1,8 +1,11 @@
 """Local training of one client, written once and lifted over clients with ``vmap`` (SPEC §1).
 
 :func:`make_client_update` returns the per-client function; :func:`local_train`
-runs it over every size bucket of a federation (a ``vmap`` per bucket, a
-handful of buckets in all) and scatters the results back onto the client axis.
+runs it over every client of a federation and scatters the results back onto the
+client axis. With several size buckets it traces ONE training body for all of
+them (clients in size-sorted groups, rows read from a flat store; issue 11: a
+body per bucket made compile time grow with the bucket count), otherwise a
+``vmap`` per bucket. :func:`train_selected` trains only K selected clients.
 """
 from __future__ import annotations
 
@@ -125,6 +128,16 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
 
   grad_fn = jax.value_and_grad(objective)
 
+  def _sgd_step(opt, ctx, carry, xb, yb, batch_mask, rng, active):
+    params, opt_state, loss_sum = carry
+    loss, grads = grad_fn(params, xb, yb, batch_mask, rng, ctx)
+    updates, new_opt_state = opt.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    keep = lambda new, old: jnp.where(active, new, old)  # noqa: E731
+    params = jax.tree_util.tree_map(keep, new_params, params)
+    opt_state = jax.tree_util.tree_map(keep, new_opt_state, opt_state)
+    return params, opt_state, loss_sum + jnp.where(active, loss, 0.0)
+
   def client_update(key, params, data: ClientData, ctx: ClientContext, dynamic: bool = False) -> ClientResult:
     x, y, n = data
     n_pad = x.shape[0]
@@ -133,14 +146,7 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
     rows = jnp.arange(n_pad)
 
     def sgd_step(carry, batch_idx, batch_mask, rng, active):
-      params, opt_state, loss_sum = carry
-      loss, grads = grad_fn(params, x[batch_idx], y[batch_idx], batch_mask, rng, ctx)
-      updates, new_opt_state = opt.update(grads, opt_state, params)
-      new_params = optax.apply_updates(params, updates)
-      keep = lambda new, old: jnp.where(active, new, old)
-      params = jax.tree_util.tree_map(keep, new_params, params)
-      opt_state = jax.tree_util.tree_map(keep, new_opt_state, opt_state)
-      return params, opt_state, loss_sum + jnp.where(active, loss, 0.0)
+      return _sgd_step(opt, ctx, carry, x[batch_idx], y[batch_idx], batch_mask, rng, active)
 
     if local_steps is None:
       steps_per_epoch = max(1, math.ceil(n_pad / batch_size))
@@ -183,7 +189,120 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
   # that stops at the client's own count (under vmap: the longest client of the slot group), so a round costs
   # what its selected clients need, not the bound. The same steps, keys and masks as the scan: same results.
   client_update.dynamic_steps = functools.partial(client_update, dynamic=True)
+
+  def store_update(key, params, store: "TrainStore", start, n, ctx: ClientContext) -> ClientResult:
+    """The epochs protocol of ``client_update`` on rows read from a flat store (issue 11: one training body
+    for every size bucket). The client's rows are ``store.x[start : start + L]`` and epoch ``e``'s batch
+    order is ``store.order[e, start : start + n]`` (row indices into the store, drawn by
+    :func:`_flat_store` exactly as ``client_update`` draws them); steps run in a while loop to this
+    client's own count, dropout keys ``fold_in(k_steps_e, s)`` as there. Same steps, rows, masks and keys:
+    the same result as ``client_update`` on the client's bucket, up to float rounding of a differently
+    shaped program."""
+    opt = task.make_optimizer(ctx.hyper.learner, ctx.t)
+    opt_state = opt.init(params)
+    spe = (n + batch_size - 1) // batch_size
+    k_steps = jax.vmap(lambda k: jax.random.split(k)[1])(jax.random.split(key, epochs))  # [E]
+    last = jnp.maximum(n - 1, 0)
+
+    def body(c):
+      s, carry = c
+      # Under vmap the loop runs to the group's longest client and every lane computes the body (finished lanes'
+      # results are discarded), so s can pass this client's count: keep every index in range (an out-of-range
+      # gather is undefined behaviour on XLA:CPU, a segfault here).
+      e = jnp.minimum(s // jnp.maximum(spe, 1), epochs - 1)
+      j = s - e * spe
+      pos = j * batch_size + jnp.arange(batch_size)
+      idx = store.order[e, jnp.clip(start + jnp.minimum(pos, last), 0, store.order.shape[1] - 1)]
+      carry = _sgd_step(opt, ctx, carry, store.x[idx], store.y[idx], pos < n, jax.random.fold_in(k_steps[e], j),
+                        True)
+      return s + 1, carry
+
+    _, (params, _, loss_sum) = jax.lax.while_loop(lambda c: c[0] < epochs * spe, body,
+                                                  (jnp.asarray(0, spe.dtype), (params, opt_state, 0.0)))
+    steps = epochs * spe
+    return ClientResult(params=params, loss=loss_sum / jnp.maximum(steps, 1), steps=steps)
+
+  if local_steps is None:
+    client_update.store_update = store_update
+    client_update.epochs = epochs
   return client_update
+
+
+class TrainStore(NamedTuple):
+  """Every bucket's padded train rows in one flat store, and each epoch's batch order into it (one round).
+
+  Built inside the round from the buckets (a copy of the train rows: the price of one body; it does not depend
+  on the round, so XLA may hoist it out of the round loop)."""
+
+  x: jax.Array  # [P, ...] bucket after bucket, client after client, each padded to its bucket's length
+  y: jax.Array  # [P, ...]
+  order: jax.Array  # [E, P] int32: at a client's positions, its epoch's permutation of its valid rows (store rows)
+
+
+class Block(NamedTuple):
+  """Padded train rows of some slots (a size bucket, or a slot group of :func:`train_selected`)."""
+
+  slots: jax.Array  # [C_b] int32 the slots (clients, or selection slots) these rows belong to
+  x: jax.Array  # [C_b, L_b, ...] valid rows first
+  y: jax.Array  # [C_b, L_b, ...]
+  n: jax.Array  # [C_b] int32 valid rows
+
+
+def _flat_store(blocks, keys: jax.Array, epochs: int) -> tuple:
+  """The round's :class:`TrainStore` of ``blocks`` and each slot's first position in it ``[M]`` (``keys [M]``).
+
+  Epoch orders are those ``client_update`` draws on the slot's padded rows: ``k_perm, _ = split(split(key_i,
+  E)[e])``, then the ``argsort`` of ``uniform(k_perm, (L_b,))`` with the padding rows last. They are computed for
+  every block at once, one random-bits op and one sort over the store's positions, because every random-op site
+  costs XLA:CPU about 0.3 s of compile and every block had three and a sort (issue 11: six buckets' permutations
+  were 10 of a FedAvg program's 18 s of compile).
+  With the partitionable threefry (the default), element ``j`` of ``uniform(k, (L,))`` is a function of ``k``
+  and ``j`` alone (:func:`uniform_bits_at`), so one op can draw every slot's elements at its own positions;
+  sorting by (slot, bits) with the position as a stable tie-break is that ``argsort``. Tested against it.
+  """
+  xs, ys, owner, segment, local, counts = [], [], [], [], [], []
+  start = jnp.zeros((keys.shape[0],), jnp.int32)
+  offset = seg_id = 0
+  for b in blocks:
+    cb, lb = b.x.shape[0], b.x.shape[1]
+    start = start.at[b.slots].set(offset + jnp.arange(cb, dtype=jnp.int32) * lb)
+    # Decision: jnp.repeat, not broadcast_to(...).reshape(-1). With the broadcast, XLA:CPU (jaxlib 0.10.2)
+    # compiled the 5-client, 3-bucket simulation of tests/test_engine.py into a program that segfaulted in an
+    # unrelated evaluation fusion (deterministic; no thread or scheduler flag changed it). Not understood; an
+    # XLA bug, recorded in benchmarks/RESULTS.md (issue 11). The repeat costs a cumsum site of compile.
+    owner.append(jnp.repeat(b.slots.astype(jnp.int32), lb, total_repeat_length=cb * lb))
+    counts.append(jnp.repeat(b.n.astype(jnp.uint32), lb, total_repeat_length=cb * lb))
+    # iotas, not numpy constants: a baked-in constant of every position is slow for XLA to fold (issue 11)
+    segment.append((seg_id + jax.lax.broadcasted_iota(jnp.int32, (cb, lb), 0)).reshape(-1))
+    local.append(jax.lax.broadcasted_iota(jnp.uint32, (cb, lb), 1).reshape(-1))
+    xs.append(b.x.reshape((cb * lb,) + b.x.shape[2:]))
+    ys.append(b.y.reshape((cb * lb,) + b.y.shape[2:]))
+    offset += cb * lb
+    seg_id += cb
+  owner = jnp.concatenate(owner)
+  segment, local = jnp.concatenate(segment), jnp.concatenate(local)
+  k_perm = jax.vmap(lambda k: jax.vmap(lambda ek: jax.random.split(ek)[0])(jax.random.split(k, epochs)))(keys)
+  kd = jax.random.key_data(k_perm)[owner]  # [P, E, 2] each position's slot's epoch keys
+  bits = uniform_bits_at(jnp.moveaxis(kd, 1, 0), local[None, :])  # [E, P]
+  valid = local[None, :] < jnp.concatenate(counts)[None, :]
+  sort_key = jnp.where(valid, bits, jnp.uint32(0xFFFFFFFF))  # padding rows last, as u = 2.0 puts them
+  seg = jnp.broadcast_to(segment, sort_key.shape)
+  pos = jax.lax.broadcasted_iota(jnp.int32, sort_key.shape, 1)
+  _, _, order = jax.lax.sort((seg, sort_key, pos), dimension=1, is_stable=True, num_keys=2)
+  store = TrainStore(x=jnp.concatenate(xs), y=jnp.concatenate(ys), order=order)
+  return store, start
+
+
+def uniform_bits_at(key_data: jax.Array, j: jax.Array) -> jax.Array:
+  """The 23 mantissa bits behind element ``j`` of ``jax.random.uniform(key, (L,))`` (float32, partitionable
+  threefry), for any ``L > j``: the uniform is ``bitcast(bits | 0x3F800000) − 1`` (a float in [1, 2) less one), so
+  ordering by these bits is ordering by the uniforms, ties included. ``key_data``: ``[..., 2]`` uint32 (``jax.random.key_data``)."""
+  from jax.extend.random import threefry2x32_p
+  k1, k2 = key_data[..., 0], key_data[..., 1]
+  shape = jnp.broadcast_shapes(k1.shape, j.shape)
+  b1, b2 = threefry2x32_p.bind(jnp.broadcast_to(k1, shape), jnp.broadcast_to(k2, shape),
+                               jnp.zeros(shape, jnp.uint32), jnp.broadcast_to(j.astype(jnp.uint32), shape))
+  return jax.lax.shift_right_logical(b1 ^ b2, jnp.uint32(32 - 23))
 
 
 def take_clients(tree, idx):
@@ -211,6 +330,17 @@ def local_train(client_update: Callable, key: jax.Array, params, federation: Fed
   """
   num_clients = sum(b.client_idx.shape[0] for b in federation.buckets)
   keys = jax.random.split(key, num_clients)
+  train = _train_by_groups if len(federation.buckets) > 1 and hasattr(client_update, "store_update") else \
+      _train_by_buckets
+  return train(client_update, keys, params, federation, shared=shared, own=own, hyper=hyper, t=t,
+               params_stacked=params_stacked)
+
+
+def _train_by_buckets(client_update: Callable, keys, params, federation: Federation, *, shared, own, hyper, t,
+                      params_stacked: bool) -> ClientResult:
+  """One vmapped ``client_update`` per size bucket (one bucket; or fixed local steps, whose per-step draws
+  depend on the padded length): a body traced and compiled per bucket."""
+  num_clients = keys.shape[0]
   vmapped = _vmapped(client_update, params_stacked, own is not None)
   out = None
   for bucket in federation.buckets:  # a few static size groups, not a loop over clients
@@ -223,6 +353,51 @@ def local_train(client_update: Callable, key: jax.Array, params, federation: Fed
           lambda r: jnp.zeros((num_clients,) + r.shape[1:], r.dtype), res)
     out = jax.tree_util.tree_map(lambda o, r: o.at[idx].set(r), out, res)
   return out
+
+
+def _train_by_groups(client_update: Callable, keys, params, federation: Federation, *, shared, own, hyper, t,
+                     params_stacked: bool) -> ClientResult:
+  """Every client of a full round trained by ONE traced body (issue 11 item 1): :func:`_train_slots` over the
+  size buckets, with as many groups as buckets."""
+  blocks = [Block(b.client_idx, b.x, b.y, b.n) for b in federation.buckets]
+  n = federation.n_train.astype(jnp.int32)
+  order = jnp.argsort(n, stable=True).astype(jnp.int32)  # groups of similar sizes
+  return _train_slots(client_update, keys, params, n, blocks, order, len(blocks), shared=shared, own=own,
+                      hyper=hyper, t=t, params_stacked=params_stacked)
+
+
+def _train_slots(client_update: Callable, keys, params, n, blocks, order, groups: int, *, shared, own, hyper, t,
+                 params_stacked: bool) -> ClientResult:
+  """``M`` slots (clients, or a round's selected clients) trained by ONE traced body.
+
+  The slots, taken in ``order`` (by size), are cut into ``groups`` groups of S = ⌈M / groups⌉; a ``lax.map``
+  runs the body, vmapped over a group's slots, once per group, on rows read from the round's flat store of
+  ``blocks`` (:func:`_flat_store`). A group's while loop runs to its longest slot's step count (vmap masks the
+  others' surplus iterations), so a round still costs about what one vmap per block costs, while the program
+  holds one training body instead of one per block: compile time no longer grows with the number of blocks.
+  Dummy slots (when groups · S > M) have no rows, take no step, and are dropped. Results are ``[M]``.
+  """
+  m = keys.shape[0]
+  g = min(groups, m)
+  s = -(-m // g)
+  store, start = _flat_store(blocks, keys, client_update.epochs)
+  ids = jnp.concatenate([order.astype(jnp.int32), jnp.full((g * s - m,), m, jnp.int32)]).reshape(g, s)
+  ctx_axes = ClientContext(shared=None, own=0 if own is not None else None, hyper=None, t=None)
+  body = jax.vmap(client_update.store_update,
+                  in_axes=(0, 0 if params_stacked else None, None, 0, 0, ctx_axes))
+
+  def group(slot_ids):
+    real = slot_ids < m
+    i = jnp.minimum(slot_ids, m - 1)
+    ctx = ClientContext(shared=shared, own=None if own is None else take_clients(own, i), hyper=hyper, t=t)
+    return body(keys[i], take_clients(params, i) if params_stacked else params, store, start[i],
+                jnp.where(real, n[i], 0), ctx)
+
+  res = jax.lax.map(group, ids)  # [G, S, ...]
+  flat_ids = ids.reshape(-1)
+  return jax.tree_util.tree_map(
+      lambda r: jnp.zeros((m,) + r.shape[2:], r.dtype).at[flat_ids].set(r.reshape((g * s,) + r.shape[2:]),
+                                                                        mode="drop"), res)
 
 
 def _vmapped(client_update: Callable, params_stacked: bool, has_own: bool) -> Callable:
@@ -305,17 +480,29 @@ def train_selected(client_update: Callable, key: jax.Array, params, federation: 
   k = selected.shape[0]
   order = jnp.argsort(federation.n_train[selected], stable=True)  # slot j: the j-th smallest selected client
   by_size = selected[order]
-  vmapped = _vmapped(getattr(client_update, "dynamic_steps", client_update), params_stacked, own is not None)
-  parts, offset = [], 0
-  for slots, length in plan:  # a few static slot groups
-    ids = by_size[offset:offset + slots]
-    offset += slots
-    parts.append(vmapped(keys[ids], take_clients(params, ids) if params_stacked else params,
-                         gather_rows(rows, ids, length),
-                         ClientContext(shared=shared, own=None if own is None else take_clients(own, ids),
-                                       hyper=hyper, t=t)))
-  if offset != k:
-    raise ValueError(f"the plan has {offset} slots but {k} clients are selected")
-  sorted_res = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *parts)
+  if sum(slots for slots, _ in plan) != k:
+    raise ValueError(f"the plan has {sum(slots for slots, _ in plan)} slots but {k} clients are selected")
+  if len(plan) > 1 and hasattr(client_update, "store_update"):  # one body for every slot group (issue 11)
+    blocks, offset = [], 0
+    for slots, length in plan:
+      data = gather_rows(rows, by_size[offset:offset + slots], length)
+      blocks.append(Block(jnp.arange(offset, offset + slots, dtype=jnp.int32), data.x, data.y, data.n))
+      offset += slots
+    sorted_res = _train_slots(client_update, keys[by_size], take_clients(params, by_size) if params_stacked else
+                              params, federation.n_train[by_size].astype(jnp.int32), blocks,
+                              jnp.arange(k, dtype=jnp.int32), len(plan), shared=shared,
+                              own=None if own is None else take_clients(own, by_size), hyper=hyper, t=t,
+                              params_stacked=params_stacked)
+  else:
+    vmapped = _vmapped(getattr(client_update, "dynamic_steps", client_update), params_stacked, own is not None)
+    parts, offset = [], 0
+    for slots, length in plan:  # a few static slot groups
+      ids = by_size[offset:offset + slots]
+      offset += slots
+      parts.append(vmapped(keys[ids], take_clients(params, ids) if params_stacked else params,
+                           gather_rows(rows, ids, length),
+                           ClientContext(shared=shared, own=None if own is None else take_clients(own, ids),
+                                         hyper=hyper, t=t)))
+    sorted_res = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *parts)
   inverse = jnp.argsort(order)
   return jax.tree_util.tree_map(lambda a: a[inverse], sorted_res)

@@ -128,17 +128,22 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Cal
   """The pieces of one run of ``algorithm`` for ``rounds`` rounds (static: the history length), scored per client
   by ``score`` (the task's: AUROC for the clinical task, accuracy for images and text)."""
 
+  # One jitted round, traced once: ``start`` shapes the history from it (``eval_shape``) and the scan's step calls
+  # it with the same abstract arguments, which hits jit's trace cache instead of tracing the round again
+  # (issue 11: the second trace was a third of the lowering time).
+  round_fn = jax.jit(algorithm.round)
+
   def start(key, federation: Federation, hyper) -> Carry:
     k_init, k_rounds = jax.random.split(key)
     state = algorithm.init(k_init, federation, hyper)
     round_keys = jax.random.split(k_rounds, rounds)
-    metrics_shape = jax.eval_shape(lambda s: _as_metrics(algorithm.round(round_keys[0], s, federation, hyper,
-                                                                         jnp.asarray(1, jnp.int32))[1]), state)
+    metrics_shape = jax.eval_shape(lambda s: _as_metrics(round_fn(round_keys[0], s, federation, hyper,
+                                                                  jnp.asarray(1, jnp.int32))[1]), state)
     return Carry(state=state, round_keys=round_keys, history=empty_history(metrics_shape, rounds),
                  fault=Fault(round=jnp.asarray(0, jnp.int32), client=jnp.asarray(-1, jnp.int32)))
 
   def step(carry: Carry, federation: Federation, hyper, t):
-    state, metrics = algorithm.round(carry.round_keys[t - 1], carry.state, federation, hyper, t)
+    state, metrics = round_fn(carry.round_keys[t - 1], carry.state, federation, hyper, t)
     params, stacked = algorithm.deployed(state)
     val = mean_defined(evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val,
                                 score, federation.val_rows, score_rows))[0]
