@@ -1,6 +1,6 @@
 """Command line: ``python -m fedjax_sim.run EXPERIMENT [--rounds R] [--seeds 11,22] [--out DIR] [--set k=v ...]
 [--sweep k=v1,v2 ...] [--devices N] [--checkpoint-every R] [--resume DIR] [--compile-workers N]
-[--quiet]``.
+[--no-compile-cache] [--quiet]``.
 
 Runs the named experiment from ``configs/``, prints a results table and writes
 ``OUT/summary.json`` plus ``OUT/METHOD/seed_S.json`` (SPEC §6). Bad input gets
@@ -58,6 +58,9 @@ def parse_args(argv):
   p.add_argument("--compile-workers", type=str, default=None, metavar="N",
                  help="compile up to N methods at once, ahead of the one running (default: half the CPU cores, "
                       "at most 8; 0: compile each method just before it runs)")
+  p.add_argument("--no-compile-cache", action="store_true",
+                 help="do not read or write the persistent compilation cache (default: on, in "
+                      "$FEDJAX_SIM_COMPILE_CACHE or ~/.cache/fedjax_sim/xla; FEDJAX_SIM_COMPILE_CACHE=0 also turns it off)")
   p.add_argument("--quiet", action="store_true", help="print only the results table (no log, no progress bar)")
   return p.parse_args(argv)
 
@@ -269,6 +272,8 @@ def main(argv=None) -> int:
     import jax
     if args.distributed:
       jax.distributed.initialize()
+    from fedjax_sim import compile_cache
+    cache_dir = compile_cache.enable(compile_cache.resolve(args.no_compile_cache))  # before anything compiles
     from fedjax_sim.algorithms.registry import preset
     from fedjax_sim.config import config_for_method
     from fedjax_sim.engine.placement import make_placement
@@ -286,7 +291,8 @@ def main(argv=None) -> int:
     grid = f"; sweep {len(sweep.points)} grid points ({' × '.join(sweep.keys)})" if sweep else ""
     log(f"[fedjax_sim] {config.name}: methods {', '.join(config.methods)}; {config.rounds} rounds; "
         f"seeds {', '.join(map(str, config.seeds))}{grid}; backend {jax.default_backend()} "
-        f"({jax.device_count()} × {jax.devices()[0].device_kind})")
+        f"({jax.device_count()} × {jax.devices()[0].device_kind}); compile cache "
+        f"{cache_dir or 'off'}")
     t0 = time.perf_counter()
     federation = experiment.build_federation(config, warn=lambda m: print(m, file=sys.stderr))
     experiment.check_runnable(config, federation, sweep)  # each method's (and grid point's) smallest federation

@@ -40,3 +40,23 @@ def with_method(hyper, **fields):
 @pytest.fixture
 def tiny_cohorts():
   return make_cohorts()
+
+
+# The persistent compilation cache (issue 11) in a fresh folder for this session: the suite runs cold (CI on a
+# fresh clone), programs compiled twice (the same shapes in two tests, or in a test's subprocess) load from it, and
+# no test writes the user's ~/.cache. tests/test_compile.py restores this setting after switching it.
+def _session_cache() -> str:
+  import atexit
+  import os
+  import shutil
+  import tempfile
+  from fedjax_sim import compile_cache
+  path = tempfile.mkdtemp(prefix="fedjax_sim-test-cache-")
+  atexit.register(shutil.rmtree, path, ignore_errors=True)
+  os.environ["FEDJAX_SIM_TEST_CACHE"] = path
+  os.environ[compile_cache.ENV] = path  # the CLI (and subprocesses) use it too
+  compile_cache.enable(path)
+  return path
+
+
+SESSION_CACHE = _session_cache()

@@ -1,0 +1,216 @@
+"""Issue 11: one training body for every size bucket, the persistent compilation cache, progress by chunks."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sim import compile_cache, run
+from fedjax_sim.config import ExperimentConfig, LearnerConfig
+from fedjax_sim.data.datasets import LabeledData
+from fedjax_sim.data.labeled import from_partition
+from fedjax_sim.engine import local
+from fedjax_sim.engine.local import ClientContext, make_client_update
+from fedjax_sim.algorithms import registry
+from fedjax_sim.tasks import task_for
+
+SIZES = (3, 17, 1, 41, 9, 26, 5, 12, 33, 2)  # ×2 rows, half for training; 10 clients in 3 groups of 4: 2 dummy slots
+BATCH, EPOCHS = 4, 2
+CONFIG = ExperimentConfig(learner=LearnerConfig(hidden=(8,), dropout=0.2, optimizer="sgd", schedule="cosine",
+                                                learning_rate=0.05, momentum=0.9, weight_decay=5e-4,
+                                                batch_size=BATCH, local_epochs=EPOCHS, num_buckets=3))
+
+
+@pytest.fixture(scope="module")
+def fed():
+  rng = np.random.default_rng(0)
+  n = sum(SIZES) * 2
+  data = LabeledData(x=rng.normal(size=(n, 5)).astype(np.float32), y=rng.integers(0, 3, n).astype(np.int32),
+                     num_classes=3, description="fabricated").validate()
+  parts = np.split(rng.permutation(n)[:sum(s * 2 for s in SIZES)], np.cumsum([s * 2 for s in SIZES])[:-1])
+  out = from_partition(data, parts, [f"c{i}" for i in range(len(SIZES))], seed=1, split=(0.5, 0.25, 0.25),
+                       batch_size=BATCH, num_buckets=3)
+  assert len(out.buckets) == 3 and int(np.min(out.n_train)) <= 2
+  return out
+
+
+@pytest.mark.parametrize("length", [1, 5, 64])
+def test_uniform_bits_order_the_uniforms_exactly(length):
+  keys = jax.random.split(jax.random.key(7), 4)
+  u = jax.vmap(lambda k: jax.random.uniform(k, (length,)))(keys)
+  bits = local.uniform_bits_at(jax.random.key_data(keys)[:, None, :], jnp.arange(length)[None, :])
+  as_float = jax.lax.bitcast_convert_type(bits | np.uint32(0x3F800000), jnp.float32) - 1.0
+  np.testing.assert_array_equal(np.asarray(as_float), np.asarray(u))
+
+
+def test_flat_store_orders_are_each_clients_bucket_permutation(fed):
+  keys = jax.random.split(jax.random.key(3), fed.num_clients)
+  blocks = [local.Block(b.client_idx, b.x, b.y, b.n) for b in fed.buckets]
+  store, start = jax.jit(lambda k: local._flat_store(blocks, k, EPOCHS))(keys)
+  order, start = np.asarray(store.order), np.asarray(start)
+  for b in fed.buckets:
+    lb = b.x.shape[1]
+    for pos, i in enumerate(np.asarray(b.client_idx).tolist()):
+      n = int(np.asarray(b.n)[pos])
+      for e, ekey in enumerate(jax.random.split(keys[i], EPOCHS)):
+        k_perm, _ = jax.random.split(ekey)
+        u = jnp.where(jnp.arange(lb) < n, jax.random.uniform(k_perm, (lb,)), 2.0)
+        want = np.asarray(jnp.argsort(u)) + start[i]  # what client_update draws on its bucket
+        np.testing.assert_array_equal(order[e, start[i]:start[i] + lb], want)
+      np.testing.assert_array_equal(np.asarray(store.x[start[i]:start[i] + n]), np.asarray(b.x)[pos, :n])
+
+
+def test_one_training_body_equals_one_body_per_bucket(fed):
+  """The grouped path (one traced body) gives every client what its bucket's vmap gives: stacked starts, a
+  regularizer reading the client's own pytree and the shared one, the round's cosine rate; and it traces the
+  local objective once where the bucket path traces it once per bucket."""
+  traces = {"n": 0}
+  task = task_for(CONFIG, fed)
+  loss = task.loss
+
+  def counted(logits, y):
+    traces["n"] += 1
+    return loss(logits, y)
+
+  task = dataclasses.replace(task, loss=counted)
+  reg = lambda term: 0.05 * sum(jnp.sum((p - o) ** 2) for p, o in zip(  # noqa: E731
+      jax.tree_util.tree_leaves(term.params), jax.tree_util.tree_leaves(term.own))) + 0.01 * sum(
+      jnp.sum(p * s) for p, s in zip(jax.tree_util.tree_leaves(term.params), jax.tree_util.tree_leaves(term.shared)))
+  cu = make_client_update(task, batch_size=BATCH, epochs=EPOCHS, regularizer=reg)
+  c = fed.num_clients
+  init = task.model.init(jax.random.key(0))
+  rng = np.random.default_rng(4)
+  stacked = jax.tree_util.tree_map(lambda a: jnp.asarray(a + 0.1 * rng.normal(size=(c,) + a.shape), jnp.float32),
+                                   init)
+  own = jax.tree_util.tree_map(lambda a: a * 0.5, stacked)
+  hyper = registry.hyper_from_config(CONFIG, "fedavg")
+  keys = jax.random.split(jax.random.key(11), c)
+  kw = dict(shared=init, own=own, hyper=hyper, t=jnp.asarray(3, jnp.int32), params_stacked=True)
+  counts = {}
+  results = {}
+  for name, fn in (("groups", local._train_by_groups), ("buckets", local._train_by_buckets)):
+    traces["n"] = 0
+    results[name] = jax.device_get(jax.jit(lambda k, p: fn(cu, k, p, fed, **kw))(keys, stacked))
+    counts[name] = traces["n"]
+  assert counts == {"groups": 1, "buckets": 3}
+  g, b = results["groups"], results["buckets"]
+  for u, v in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_allclose(u, v, atol=2e-6, rtol=0)
+  np.testing.assert_array_equal(g.steps, EPOCHS * -(-np.asarray(fed.n_train) // BATCH))
+  moved = [max(np.abs(np.asarray(u)[i] - np.asarray(v)[i]).max() for u, v in zip(
+      jax.tree_util.tree_leaves(g.params), jax.tree_util.tree_leaves(jax.device_get(stacked)))) for i in range(c)]
+  assert min(moved) > 1e-4  # every client trained (the smallest too)
+
+
+# --- the persistent compilation cache -----------------------------------------------------------------------------
+
+TINY = ["--set", "data.num_centers=6", "--set", "data.total_stays=900", "--set", "learner.hidden=8,4",
+        "--set", "learner.local_epochs=1", "--rounds", "2", "--seeds", "1,2", "--quiet"]
+
+
+@pytest.fixture
+def cache_events():
+  hits = []
+  listener = lambda event, **kw: hits.append(event)  # noqa: E731
+  jax.monitoring.register_event_listener(listener)
+  yield hits
+  jax.monitoring.unregister_event_listener(listener)
+
+
+def test_second_invocation_loads_the_program_and_gives_the_same_numbers(tmp_path, monkeypatch, capsys,
+                                                                         cache_events):
+  cache = tmp_path / "cache"
+  monkeypatch.setenv(compile_cache.ENV, str(cache))
+  try:
+    assert run.main(["fedavg", "--out", str(tmp_path / "a")] + TINY) == 0
+    assert any(cache.iterdir()), "the first run wrote no cache entry"
+    cache_events.clear()
+    assert run.main(["fedavg", "--out", str(tmp_path / "b")] + TINY) == 0
+    assert "/jax/compilation_cache/cache_hits" in cache_events
+    monkeypatch.setenv(compile_cache.ENV, "0")
+    assert run.main(["fedavg", "--out", str(tmp_path / "c"), "--no-compile-cache"] + TINY) == 0
+  finally:
+    compile_cache.enable(os.environ.get("FEDJAX_SIM_TEST_CACHE"))  # the suite's own setting (conftest)
+  seeds = [json.loads((tmp_path / d / "fedavg" / "seed_1.json").read_text()) for d in "abc"]
+  assert seeds[0] == seeds[1] == seeds[2]  # parsed JSON: every float equal
+
+
+def test_cache_switches_and_folder(tmp_path, monkeypatch):
+  env = {"XDG_CACHE_HOME": str(tmp_path)}
+  assert compile_cache.resolve(False, env) == str(tmp_path / "fedjax_sim" / "xla")
+  assert compile_cache.resolve(True, env) is None
+  for off in ("0", "off", "False", "no"):
+    assert compile_cache.resolve(False, {compile_cache.ENV: off}) is None
+  assert compile_cache.resolve(False, {compile_cache.ENV: str(tmp_path / "x")}) == str(tmp_path / "x")
+
+
+def test_unwritable_cache_folder_is_one_error_line(tmp_path, monkeypatch, capsys):
+  blocker = tmp_path / "file"
+  blocker.write_text("not a folder")
+  monkeypatch.setenv(compile_cache.ENV, str(blocker / "cache"))
+  try:
+    assert run.main(["fedavg", "--out", str(tmp_path / "out")] + TINY) == 2
+  finally:
+    compile_cache.enable(os.environ.get("FEDJAX_SIM_TEST_CACHE"))
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err[-1].startswith("error: the compile cache folder") and "--no-compile-cache" in err[-1]
+  assert not (tmp_path / "out").exists()
+
+
+def test_progress_by_chunks_gives_the_one_call_numbers(tmp_path, monkeypatch):
+  """With the cache on, the progress bar moves between chunks of rounds (no callback in the program, so the
+  program can be cached): the same numbers as the one-call program."""
+  from fedjax_sim.build import build_federation
+  from fedjax_sim.config import load_experiment
+  from fedjax_sim.execute import RunOptions, prepare_method
+  config = load_experiment("fedavg", {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": (8, 4),
+                                      "learner.local_epochs": 1, "rounds": 5, "seeds": [1, 2]})
+  federation = build_federation(config, warn=lambda m: None)
+  outs = []
+  try:
+    for path, progress in ((None, False), (str(tmp_path / "cache"), True)):
+      compile_cache.enable(path)
+      prepared = prepare_method("fedavg", config, federation, RunOptions(progress=progress))
+      assert (prepared.program.chunk < 5) == progress and prepared.program.on_round is None
+      outs.append(prepared.execute(prepared.compile()).per_seed)
+  finally:
+    compile_cache.enable(os.environ.get("FEDJAX_SIM_TEST_CACHE"))
+  assert outs[0] == outs[1]
+
+
+# --- evaluation by rows for the clinical task (AUROC) ---------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fedjax_sim.data.federation import eval_rows  # noqa: E402
+from fedjax_sim.metrics import auroc_by_rows, batched_auroc  # noqa: E402
+
+_auroc_rows = jax.jit(auroc_by_rows, static_argnums=3)
+_auroc_padded = jax.jit(batched_auroc)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=6), seed=st.integers(0, 2 ** 16),
+       levels=st.sampled_from([3, 1000]))
+def test_auroc_by_rows_equals_the_padded_auroc(lengths, seed, levels):
+  """Ties (3 score levels), one-class and empty clients (NaN), padding rows: the per-client Mann–Whitney
+  statistic from one sort of all rows equals :func:`auroc` on each client's padded split."""
+  rng = np.random.default_rng(seed)
+  c, v = len(lengths), 16
+  scores = np.zeros((c, v), np.float32)
+  labels = np.zeros((c, v), np.float32)
+  mask = np.arange(v)[None, :] < np.asarray(lengths)[:, None]
+  scores[:] = rng.integers(0, levels, (c, v)) / levels
+  labels[:] = rng.random((c, v)) < 0.4
+  rows = eval_rows([scores[i, :lengths[i], None] for i in range(c)], [labels[i, :lengths[i]] for i in range(c)],
+                   chunk=64)  # one row count for every example: few compiles
+  got = np.asarray(_auroc_rows(rows.x[:, 0], rows.y, rows.client, c))
+  want = np.asarray(_auroc_padded(jnp.asarray(scores), jnp.asarray(labels), jnp.asarray(mask)))
+  np.testing.assert_allclose(got, want, atol=1e-6, equal_nan=True)
+  assert np.isnan(got[np.asarray(lengths) == 0]).all()
