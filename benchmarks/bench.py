@@ -1,13 +1,13 @@
-"""The benchmarks of fedjax_sim, one entry point (issue 4, item 6).
+"""The benchmarks of fedjax_sim, one entry point (issue 4, item 6; issue 11 items 4 and 5).
 
 Usage:
-  python benchmarks/bench.py --suite engine,seeds,centers,table1,images [--rounds R] [--loop-rounds 2]
-                             [--seeds-list 1,5,20,100] [--centers 230,1000,10000,100000]
-                             [--json OUT.json] [--record] [--quick]
+  python benchmarks/bench.py --suite engine,seeds,centers,table1,images [--rounds R] [--rounds2 R2]
+                             [--loop-rounds 2] [--seeds-list 1,5,20,100] [--centers 230,1000,10000,100000]
+                             [--json OUT.json] [--deadline EPOCH_S] [--record] [--quick]
   python benchmarks/bench.py --record-from A.json,B.json  # append saved runs' rows to RESULTS.md; run nothing
   python benchmarks/bench.py --print-from A.json,B.json   # print saved runs' tables
   bash benchmarks/device_check.sh                         # the H200 run (OUT=folder); see its header
-  bash benchmarks/smoke.sh [OUTDIR]                       # smoke check: tiny seeds + centers suites, JSON checked
+  bash benchmarks/smoke.sh [OUTDIR]                       # smoke check: tiny suites + a CPU rehearsal of device_check.sh
 
 Every engine figure is timed through the project's own API, i.e. what a user runs:
 ``fedjax_sim.experiment.run_method(name, config, federation, RunOptions())`` compiles one
@@ -15,44 +15,68 @@ program for all seeds and runs it as ONE compiled call. Its ``compile_s`` (trace
 compile) is reported apart from ``run_s`` (the call, to the results on the host: the
 method's init, the R rounds and the final evaluation); seconds per round = run_s / R. Early
 stopping is switched off (``*.early_stopping_patience = 0``, applied after the method's
-preset) so that every round does its work.
+preset) so that every round does its work. Compiles are cold: JAX's persistent compile cache
+is off unless ``BENCH_COMPILE_CACHE=DIR`` is set (rehearsals only: compile figures are then
+cache loads for programs seen before; the JSON's ``compile_cache`` names the folder).
 
 Suites
 ------
-engine   FedAvg and ABPS-X on the default 230-center federation, 1 seed: engine seconds per
-         round against a per-client Python loop timed in the same run (one warm-up round,
-         which pays the loop's compiles, then ``--loop-rounds`` timed rounds):
-         * FedAvg loop (:func:`time_fedavg_loop`): one jitted client update called in a
-           Python loop over the 230 clients, then the n-weighted average.
+engine   FedAvg and ABPS-X (``--engine-methods``) on the default 230-center federation, 1 seed:
+         engine seconds per round against per-client loops timed in the same run (one warm-up
+         round, which pays the loop's compiles, then ``--loop-rounds`` timed rounds):
+         * FedAvg JAX loop (:func:`time_fedavg_loop`): one jitted client update called in a
+           Python loop over the 230 clients, then the n-weighted average;
+         * FedAvg PyTorch loop (:func:`time_torch_fedavg_loop`, issue 11 item 4): the same MLP
+           in PyTorch trained client after client, a fresh ``torch.optim.Adam`` per client per
+           round, as FL papers' code does; on ``cuda`` when torch sees a GPU, else the CPU with one
+           thread. Optional: without torch the entry says ``{"skipped": "torch not importable"}``;
          * ABPS-X loop (:func:`time_abps_x_loop`): what a user without ``vmap`` writes; see
            its docstring for the work it does per round.
-seeds    FedAvg at 230 centers with 1, 5, 20 and 100 seeds, each seed count one compiled
-         call of R rounds (default 100): compile s, run s, s per round, s per seed, and the
-         largest call's run time over the 1-seed call's (acceptance on one H200: 100 seeds
-         cost at most 10× one seed).
+         Speed-up = the loop's s/round over the engine's s/round.
+seeds    FedAvg at 230 centers with 1, 5, 20 and 100 seeds (in ``--seeds-list`` order), each seed
+         count one compiled call of R rounds (default 100): compile s, run s, s per round, s per
+         seed, and the largest call's run time over the 1-seed call's (acceptance on one H200:
+         100 seeds cost at most 10× one seed). That ratio includes fixed set-up costs (init, the
+         final evaluation, the call's overhead), so each seed count also runs a second call of
+         R2 rounds (``--rounds2``, default R/2; 2R when R = 1) and reports
+         ``s_per_extra_round = (run_s(R2) − run_s(R1)) / (R2 − R1)``, the marginal cost of one
+         round, and its ratio between the largest seed count and 1 seed. A round count is a
+         scan length, so each (seeds, rounds) pair is its own program, compiled once; compile s
+         is reported apart for both calls.
 images   FedAvg on Fashion-MNIST (issue 10; ``benchmarks/image_suite.py``): K = 10 of N = 100 clients per round
          against a full round (Dirichlet(0.1) and IID splits: the K-of-N cost ratio), and the engine against a
-         per-client loop over the same K clients, timed in the same run. Needs the Fashion-MNIST files.
+         per-client loop over the same K clients, timed in the same run. Needs the Fashion-MNIST files
+         (``--fmnist-path``, else ``$FMNIST_PATH``, else Debian's folder); without them the suite records a skip.
 centers  FedAvg and ABPS (``abps_pq_k1_hom``: κ = 1, homogeneity goal filter, bf16 wire,
          1-layer head; ``abps.pool_size = 32`` above 1,000 centers) at 230, 1,000, 10,000 and
-         100,000 centers. 230 is the default federation; from 1,000 centers the cohorts are
-         smaller (``data.total_stays = 30 × centers``, ``data.min_site_rows = 5``). Each size
-         runs in its own subprocess (``--child``), FedAvg first, then ABPS, so that the peak
-         memory is that size's; reported: federation build s, compile s, run s, s per round,
-         peak memory. A failure (out of memory, a timeout, a crash) is recorded for that size
-         and the suite goes on.
+         100,000 centers (in ``--centers`` order). 230 is the default federation; from 1,000
+         centers the cohorts are smaller (``data.total_stays = 30 × centers``,
+         ``data.min_site_rows = 5``). Each size runs in its own subprocess (``--child``),
+         FedAvg first, then ABPS, so that the peak memory is that size's; reported: federation
+         build s, compile s, run s, s per round, peak memory. The child writes
+         ``centers_<C>.json`` in ``--child-dir`` (default: the ``--json`` file's folder) after
+         the build and after each method, and the parent merges that file, so a child killed by
+         its timeout (or with its parent) keeps what it finished; ``--merge-centers`` (the
+         device script's summary) merges files a killed parent left. A failure (out of memory,
+         a timeout, a crash) is recorded for that size and the suite goes on.
 
 table1   The whole ``table1`` experiment (paper 000 Table 1: 20 rows × 5 seeds, 50 rounds) as the CLI
          runs it, compiling the next rows in ``--compile-workers`` threads while one runs: wall
-         clock from the first compile to the last row, each row's compile s and run s. Not in the
+         clock from the first compile to the last row, each row's compile s and run s. A row that
+         fails (a missing dependency, say) is recorded as ``{"error": ...}`` and the remaining rows
+         run one at a time (:func:`run_method`), so later rows still get their figures. Not in the
          default suites (it takes long on a CPU); ``--table1-methods`` runs a subset.
+
+Time limits: ``--deadline EPOCH_S`` (``time.time()`` seconds; the device script passes its step's
+end) stops a suite from starting a sub-step with fewer than 10 s left (recorded under
+``not_run``) and caps each centers child's timeout at the time left.
 
 Peak memory: on an accelerator, the device allocator's ``peak_bytes_in_use``; on CPU the
 process's max RSS. Neither can be reset, so a figure is the process's peak *so far*: in the
 centers suite ABPS's figure also covers FedAvg's run before it in the same process (and the
-federation), and in the seeds suite each seed count's figure covers the smaller counts run
-before it. ``XLA_PYTHON_CLIENT_PREALLOCATE`` defaults to false here, so that the parent process
-does not hold most of the GPU while a centers child runs.
+federation), and in the seeds suite each seed count's figure covers the counts run before it.
+``XLA_PYTHON_CLIENT_PREALLOCATE`` defaults to false here, so that the parent process does not
+hold most of the GPU while a centers child runs.
 
 Output: a table per suite on stdout; ``--json`` writes everything (machine, jax version,
 date, every figure), rewritten after every step so that a run cut short keeps what it did;
@@ -87,6 +111,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
+
+from fedjax_sim import compile_cache  # noqa: E402
+
+# Cold compiles unless BENCH_COMPILE_CACHE=DIR (rehearsals only, module docstring: compile figures become cache loads).
+compile_cache.enable(os.environ.get("BENCH_COMPILE_CACHE") or None)
 
 from fedjax_sim.algorithms.base import weighted_average  # noqa: E402
 from fedjax_sim.algorithms.registry import build_method, build_model, hyper_from_config, preset  # noqa: E402
@@ -243,6 +272,85 @@ def time_fedavg_loop(config, fed, rounds: int) -> dict:
   return {"warmup_s": warmup_s, "rounds": rounds, "s_per_round": (time.perf_counter() - t0) / rounds}
 
 
+def time_torch_fedavg_loop(config, fed, rounds: int, cpu_threads: int = 1) -> dict:
+  """FedAvg in PyTorch, the per-client loop of FL papers' code (issue 11 item 4), on the same federation.
+
+  One MLP with the engine's architecture (:class:`fedjax_sim.models.mlp.MLP`: ``learner.hidden`` widths, ReLU,
+  dropout ``learner.dropout`` after each hidden ReLU, one logit; PyTorch's default init) trained client after
+  client: the global weights loaded, a fresh ``torch.optim.Adam(lr, weight_decay)`` (the decay added to the
+  gradient, as ``fedjax_sim.tasks.make_optimizer``'s ``add_decayed_weights`` before Adam), ``local_epochs``
+  passes over the client's valid train rows (:func:`_clients`) in shuffled minibatches of ``batch_size`` (last
+  one partial), BCE with logits; the server the n-weighted mean of the clients' weights. Data sits on the device
+  from the start; ``cuda`` when ``torch.cuda.is_available()``, else the CPU with ``cpu_threads`` intra-op threads
+  (default 1: the ops are tiny, more threads only wait on each other, and on a shared 2-core machine a 2-thread
+  round took 65 s against 1.4 s; 0: torch's default). No per-round validation (as :func:`time_fedavg_loop`).
+  Returns the warm-up round and s per round over ``rounds`` timed rounds, or ``{"skipped": "torch not
+  importable"}``."""
+  try:
+    import torch
+  except ImportError:
+    return {"skipped": "torch not importable"}
+  from fedjax_sim.models.mlp import num_params
+  from fedjax_sim.tasks import learning_rate_at
+  lc = config.learner
+  dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+  if dev.type == "cpu" and cpu_threads:
+    torch.set_num_threads(cpu_threads)
+  torch.manual_seed(0)
+  clients = _clients(fed)
+  width, layers = int(clients[0][0].shape[-1]), []
+  for h in lc.hidden:
+    layers += [torch.nn.Linear(width, h), torch.nn.ReLU(), torch.nn.Dropout(lc.dropout)]
+    width = h
+  net = torch.nn.Sequential(*layers, torch.nn.Linear(width, 1)).to(dev)
+  data = []
+  for x, y, n in clients:
+    n = int(n)
+    data.append((torch.from_numpy(np.asarray(x)[:n].astype(np.float32)).to(dev),
+                 torch.from_numpy(np.asarray(y)[:n].astype(np.float32)).to(dev)))
+  n_train = np.array([len(y) for _, y in data], np.float64)
+  weights = (n_train / n_train.sum()).tolist()
+  glob = {k: v.detach().clone() for k, v in net.state_dict().items()}
+  bce = torch.nn.functional.binary_cross_entropy_with_logits
+  sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+  def one_round(glob, t):
+    lr = float(learning_rate_at(lc.schedule, lc.learning_rate, lc.final_learning_rate, t, config.rounds))
+    acc = None
+    net.train()
+    for (x, y), w in zip(data, weights):  # the per-client loop
+      net.load_state_dict(glob)
+      opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=lc.weight_decay)
+      for _ in range(lc.local_epochs):
+        perm = torch.randperm(len(y), device=dev)
+        for b in range(0, len(y), lc.batch_size):
+          idx = perm[b:b + lc.batch_size]
+          opt.zero_grad(set_to_none=True)
+          bce(net(x[idx])[:, 0], y[idx]).backward()
+          opt.step()
+      with torch.no_grad():
+        sd = net.state_dict()
+        acc = ({k: w * v.detach().clone() for k, v in sd.items()} if acc is None
+               else {k: acc[k].add_(v, alpha=w) for k, v in sd.items()})
+    return acc
+
+  t0 = time.perf_counter()
+  glob = one_round(glob, 1)
+  sync()
+  warmup_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  for r in range(rounds):
+    glob = one_round(glob, 2 + r)
+  sync()
+  s_per_round = (time.perf_counter() - t0) / rounds
+  _, model = build_method("fedavg", config, fed)
+  return {"warmup_s": warmup_s, "rounds": rounds, "s_per_round": s_per_round, "torch": torch.__version__,
+          "device": str(dev) + (f" ({torch.cuda.get_device_name(0)})" if dev.type == "cuda" else ""),
+          "threads": torch.get_num_threads(), "params": sum(p.numel() for p in net.parameters()),
+          "engine_params": num_params(model.init(jax.random.key(0))),
+          "finite": bool(all(torch.isfinite(v).all() for v in glob.values()))}
+
+
 def goal_candidates(meta: np.ndarray, keep_fraction: float) -> np.ndarray:
   """C_i of the homogeneity goal filter in numpy, ``[C, C]`` bool: z-scored metadata, cosine, τ_sim = the
   (1 − keep_fraction) quantile over ordered pairs i ≠ j (as :mod:`fedjax_sim.algorithms.abps.goal_filter`)."""
@@ -396,13 +504,27 @@ def default_federation(cache: dict):
   return cache["fed"]
 
 
+def time_left(args) -> float:
+  """Seconds until ``--deadline`` (inf without one)."""
+  return args.deadline - time.time() if getattr(args, "deadline", None) else math.inf
+
+
+MIN_SUBSTEP_S = 10  # a sub-step is not started with less time than this before --deadline
+
+
 def suite_engine(args, rec: Recorder, cache: dict):
+  """Engine s/round against per-client loops (module docstring); each method's figures saved as they come."""
   fed = default_federation(cache)
   out = {"centers": fed.num_clients, "rounds": args.rounds_engine, "seeds": 1, "loop_rounds": args.loop_rounds,
          "methods": {}}
   rec.result["suites"]["engine"] = out
   config = make_config(args.rounds_engine, [1])
-  for method, loop in (("fedavg", time_fedavg_loop), ("abps_x", time_abps_x_loop)):
+  loops = {"fedavg": time_fedavg_loop, "abps_x": time_abps_x_loop}
+  methods = args.engine_methods
+  for k, method in enumerate(methods):
+    if time_left(args) < MIN_SUBSTEP_S:
+      out["not_run"] = {"methods": methods[k:], "why": f"fewer than {MIN_SUBSTEP_S} s left before --deadline"}
+      break
     print(f"[engine] {method}: engine, {args.rounds_engine} rounds …", flush=True)
     entry = {}
     out["methods"][method] = entry
@@ -411,32 +533,56 @@ def suite_engine(args, rec: Recorder, cache: dict):
     try:
       e = time_engine(method, config, fed)
       entry.update(engine=e)
-      out["in_progress"] = f"{method} loop"
       rec.save()
-      print(f"[engine] {method}: per-client loop, 1 warm-up + {args.loop_rounds} timed round(s) …", flush=True)
-      lp = loop(config, fed, args.loop_rounds)
-      entry.update(loop=lp, speedup=lp["s_per_round"] / e["s_per_round"])
+      for name, loop in (("loop", loops.get(method)), ("torch_loop", time_torch_fedavg_loop if method == "fedavg"
+                                                         else None)):
+        if loop is None:
+          continue
+        if time_left(args) < MIN_SUBSTEP_S:
+          entry[name] = {"skipped": f"fewer than {MIN_SUBSTEP_S} s left before --deadline"}
+          continue
+        what = "PyTorch per-client loop" if name == "torch_loop" else "per-client loop"
+        out["in_progress"] = f"{method} {what}"
+        rec.save()
+        print(f"[engine] {method}: {what}, 1 warm-up + {args.loop_rounds} timed round(s) …", flush=True)
+        try:
+          lp = loop(config, fed, args.loop_rounds)
+        except Exception as err:  # noqa: BLE001 - record and go on (the other loop may still run)
+          lp = {"error": failure(err)}
+          print(f"[engine] {method} {what} failed: {lp['error']}", file=sys.stderr)
+        entry[name] = lp
+        if "s_per_round" in lp:
+          entry["speedup" if name == "loop" else "speedup_over_torch"] = lp["s_per_round"] / e["s_per_round"]
+        if "skipped" in lp:
+          print(f"[engine] {method} {what}: skipped ({lp['skipped']})", flush=True)
+        rec.save()
     except Exception as err:  # noqa: BLE001 - record and go on
       entry["error"] = failure(err)
       print(f"[engine] {method} failed: {entry['error']}", file=sys.stderr)
     rec.save()
-  del out["in_progress"]
+  out.pop("in_progress", None)
   out["peak_memory"] = peak_memory()
   rec.save()
   print_engine(out)
 
 
 def suite_seeds(args, rec: Recorder, cache: dict):
+  """Seed counts in one compiled call each, plus a second call of ``rounds2`` rounds per seed count for the cost
+  per extra round (module docstring). Each (seeds, rounds) pair is compiled once; compile s is reported apart."""
   fed = default_federation(cache)
-  out = {"method": "fedavg", "centers": fed.num_clients, "rounds": args.rounds_seeds, "runs": []}
+  r1, r2 = args.rounds_seeds, args.rounds2
+  out = {"method": "fedavg", "centers": fed.num_clients, "rounds": r1, "rounds2": r2 or None, "runs": []}
   rec.result["suites"]["seeds"] = out
-  for s in args.seeds_list:
-    print(f"[seeds] fedavg, {s} seed(s) × {args.rounds_seeds} rounds in one call …", flush=True)
-    out["in_progress"] = f"{s} seeds"
-    rec.save()
+  for k, s in enumerate(args.seeds_list):
+    if time_left(args) < MIN_SUBSTEP_S:
+      out["not_run"] = {"seeds": args.seeds_list[k:], "why": f"fewer than {MIN_SUBSTEP_S} s left before --deadline"}
+      break
+    print(f"[seeds] fedavg, {s} seed(s) × {r1} rounds in one call …", flush=True)
+    out["in_progress"] = f"{s} seeds × {r1} rounds"
     entry = {"seeds": s}
+    rec.save()
     try:
-      e = time_engine("fedavg", make_config(args.rounds_seeds, range(1, s + 1)), fed)
+      e = time_engine("fedavg", make_config(r1, range(1, s + 1)), fed)
       entry.update(compile_s=e["compile_s"], run_s=e["run_s"], s_per_round=e["s_per_round"],
                    s_per_seed=e["run_s"] / s, s_per_seed_round=e["s_per_round"] / s)
     except Exception as err:  # noqa: BLE001
@@ -444,73 +590,140 @@ def suite_seeds(args, rec: Recorder, cache: dict):
       print(f"[seeds] {s} seeds failed: {entry['error']}", file=sys.stderr)
     entry["peak_memory"] = peak_memory()
     out["runs"].append(entry)
-    ok = [r for r in out["runs"] if "run_s" in r]
-    one = next((r for r in ok if r["seeds"] == 1), None)
-    if one:
-      for r in ok:
-        r["run_vs_1_seed"] = r["run_s"] / one["run_s"]
-      top = max(ok, key=lambda r: r["seeds"])
-      out["largest_vs_1_seed"] = {"seeds": top["seeds"], "ratio": top["run_vs_1_seed"],
-                                  "target": "≤ 10× for 100 seeds (one H200)"}
+    summarize_seeds(out)
     rec.save()
-  del out["in_progress"]
+    if not r2 or "run_s" not in entry:
+      continue
+    if time_left(args) < MIN_SUBSTEP_S:
+      entry["second"] = {"rounds": r2, "skipped": f"fewer than {MIN_SUBSTEP_S} s left before --deadline"}
+      continue
+    print(f"[seeds] fedavg, {s} seed(s) × {r2} rounds (the cost per extra round) …", flush=True)
+    out["in_progress"] = f"{s} seeds × {r2} rounds"
+    rec.save()
+    try:
+      e2 = time_engine("fedavg", make_config(r2, range(1, s + 1)), fed)
+      entry["second"] = {"rounds": r2, "compile_s": e2["compile_s"], "run_s": e2["run_s"]}
+      entry["s_per_extra_round"] = (e2["run_s"] - entry["run_s"]) / (r2 - r1)
+    except Exception as err:  # noqa: BLE001
+      entry["second"] = {"rounds": r2, "error": failure(err)}
+      print(f"[seeds] {s} seeds × {r2} rounds failed: {entry['second']['error']}", file=sys.stderr)
+    entry["peak_memory"] = peak_memory()
+    summarize_seeds(out)
+    rec.save()
+  out.pop("in_progress", None)
   rec.save()
   print_seeds(out)
 
 
+def summarize_seeds(out):
+  """``run_vs_1_seed`` per run and ``largest_vs_1_seed``: the largest seed count's run s (and, with a second
+  call, its s per extra round) over the 1-seed call's."""
+  ok = [r for r in out["runs"] if "run_s" in r]
+  one = next((r for r in ok if r["seeds"] == 1), None)
+  if not one:
+    return
+  for r in ok:
+    r["run_vs_1_seed"] = r["run_s"] / one["run_s"]
+  top = max(ok, key=lambda r: r["seeds"])
+  out["largest_vs_1_seed"] = {"seeds": top["seeds"], "ratio": top["run_vs_1_seed"],
+                              "target": "≤ 10× for 100 seeds (one H200)"}
+  if "s_per_extra_round" in one:
+    for r in ok:
+      if "s_per_extra_round" in r and one["s_per_extra_round"] > 0:
+        r["extra_round_vs_1_seed"] = r["s_per_extra_round"] / one["s_per_extra_round"]
+    if "extra_round_vs_1_seed" in top:
+      out["largest_vs_1_seed"]["extra_round_ratio"] = top["extra_round_vs_1_seed"]
+
+
+def fmnist_folder(args) -> str:
+  """The Fashion-MNIST folder the images suite reads: ``--fmnist-path``, else ``$FMNIST_PATH``, else Debian's."""
+  from fedjax_sim.data.sources import FASHION_MNIST_DIR
+  return args.fmnist_path or os.environ.get("FMNIST_PATH") or FASHION_MNIST_DIR
+
+
 def suite_images(args, rec: Recorder, cache: dict):
   """FedAvg on Fashion-MNIST (issue 10): K = 10 of N = 100 clients against a full round (Dirichlet(0.1) and IID),
-  and the engine against a per-client loop over the same K clients; see ``benchmarks/image_suite.py``."""
+  and the engine against a per-client loop over the same K clients; see ``benchmarks/image_suite.py``. Without
+  the files: ``{"skipped": ...}``."""
   import image_suite
+  folder = fmnist_folder(args)
+  if not any((pathlib.Path(folder) / f"train-images-idx3-ubyte{z}").is_file() for z in (".gz", "")):
+    rec.result["suites"]["images"] = {"skipped": f"no Fashion-MNIST files in {folder}"}
+    print(f"[images] skipped: no Fashion-MNIST files in {folder}", flush=True)
+    return
   out = image_suite.suite(rounds=args.rounds or (1 if args.quick else 2), loop_rounds=args.loop_rounds,
-                          path=args.fmnist_path)
+                          path=folder)
   rec.result["suites"]["images"] = out
-  for part in ("dirichlet", "iid"):
-    r = out[part]
-    print(f"images ({part}): K = 10 of {r['clients']}: {r['engine_k']['s_per_round']:.2f} s/round, full round "
-          f"{r['engine_full']['s_per_round']:.2f} s/round, ratio {r['k_of_n_ratio']:.3f}"
-          + (f"; per-client loop {r['loop_k']['s_per_round']:.2f} s/round "
-             f"({r['engine_speedup_over_loop']:.2f}× the engine)" if "loop_k" in r else ""), flush=True)
+  print_images(out)
 
 
 def suite_table1(args, rec: Recorder, cache: dict):
   """The ``table1`` experiment as the CLI runs it (``run_methods``: compiling ahead in worker threads),
   timed from the first compile to the last row's results: paper 000 Table 1's 20 rows × 5 seeds,
   50 rounds (ABPS-X and FedAvg-X up to 100 with early stopping). The paper's PyTorch code needed
-  3–9 minutes for one ABPS-X run on a V100 (SPEC §3.5)."""
+  3–9 minutes for one ABPS-X run on a V100 (SPEC §3.5).
+
+  Errors are per row: ``run_methods`` raises a row's error from its generator (and stops), so the failing row
+  is recorded as ``{"error": ...}`` and the rows after it run one at a time with :func:`run_method` (each its
+  own try; no compiling ahead: ``fallback_after`` names the row where that began)."""
   overrides = {"seeds": args.table1_seeds}
   if args.rounds:
     overrides["rounds"] = args.rounds
   if args.table1_methods:
     overrides["methods"] = args.table1_methods
   config = load_experiment("table1", overrides)
-  workers = args.compile_workers or default_compile_workers(len(config.methods))
+  names = list(config.methods)
+  workers = args.compile_workers or default_compile_workers(len(names))
   fed, build_s = timed_federation(config)
-  out = {"methods": {}, "rows": len(config.methods), "seeds": list(config.seeds), "rounds": config.rounds,
+  out = {"methods": {}, "rows": len(names), "seeds": list(config.seeds), "rounds": config.rounds,
          "compile_workers": workers, "centers": fed.num_clients, "build_s": build_s}
   rec.result["suites"]["table1"] = out
-  print(f"[table1] {len(config.methods)} rows × {len(config.seeds)} seeds, {config.rounds} rounds, "
+  print(f"[table1] {len(names)} rows × {len(config.seeds)} seeds, {config.rounds} rounds, "
         f"{workers} compile worker(s) …", flush=True)
   out["in_progress"] = "first compiles"
   rec.save()
   t0 = time.perf_counter()
+
+  def done(run):
+    out["methods"][run.name] = {"compile_s": run.compile_s, "run_s": run.run_s,
+                                "rounds_run": run.summary["rounds_run"], "auroc_mean": run.summary["auroc_mean"],
+                                "done_at_s": time.perf_counter() - t0}
+    out["in_progress"] = f"after {run.name}"
+    out["wall_s"] = time.perf_counter() - t0
+    rec.save()
+    print(f"[table1] {run.name}: compile {run.compile_s:.1f} s, run {run.run_s:.2f} s, "
+          f"AUROC {run.summary['auroc_mean']:.4f} (at {out['wall_s']:.1f} s)", flush=True)
+
+  def failed(name, err):
+    out["methods"][name] = {"error": failure(err), "done_at_s": time.perf_counter() - t0}
+    rec.save()
+    print(f"[table1] {name} failed: {out['methods'][name]['error']}", file=sys.stderr, flush=True)
+
   try:
-    for run in run_methods(config.methods, config, fed, RunOptions(), workers):
-      out["methods"][run.name] = {"compile_s": run.compile_s, "run_s": run.run_s,
-                                  "rounds_run": run.summary["rounds_run"], "auroc_mean": run.summary["auroc_mean"],
-                                  "done_at_s": time.perf_counter() - t0}
-      out["in_progress"] = f"after {run.name}"
-      out["wall_s"] = time.perf_counter() - t0
+    for run in run_methods(names, config, fed, RunOptions(), workers):
+      done(run)
+  except Exception as err:  # noqa: BLE001 - the row after the last one done failed: record it, run the rest
+    k = len(out["methods"])
+    if k >= len(names):  # after the last row (not a row's error)
+      out["after_rows_error"] = failure(err)
+    else:
+      failed(names[k], err)
+      out["fallback_after"] = names[k]
+    for name in names[k + 1:]:
+      out["in_progress"] = f"{name} (one at a time)"
       rec.save()
-      print(f"[table1] {run.name}: compile {run.compile_s:.1f} s, run {run.run_s:.2f} s, "
-            f"AUROC {run.summary['auroc_mean']:.4f} (at {out['wall_s']:.1f} s)", flush=True)
-    del out["in_progress"]
-  except Exception as err:  # noqa: BLE001 - record and go on
-    out["error"] = failure(err)
-    print(f"[table1] failed: {out['error']}", file=sys.stderr)
+      try:
+        done(run_method(name, config, fed, RunOptions()))
+      except Exception as err2:  # noqa: BLE001
+        failed(name, err2)
+  out.pop("in_progress", None)
+  ok = [m for m in out["methods"].values() if "error" not in m]
+  bad = [n for n, m in out["methods"].items() if "error" in m]
+  if bad:
+    out["error"] = f"{len(bad)} row(s) failed: {', '.join(bad)}"
   out["wall_s"] = time.perf_counter() - t0
-  out["compile_sum_s"] = sum(m["compile_s"] for m in out["methods"].values())
-  out["run_sum_s"] = sum(m["run_s"] for m in out["methods"].values())
+  out["compile_sum_s"] = sum(m["compile_s"] for m in ok)
+  out["run_sum_s"] = sum(m["run_s"] for m in ok)
   out["peak_memory"] = peak_memory()
   rec.save()
   print_table1(out)
@@ -524,58 +737,140 @@ def pool_supported() -> bool:
     return False
 
 
+def child_file(child_dir, centers: int) -> pathlib.Path:
+  """Where the child of one centers size writes its results (rewritten after the build and after each method)."""
+  return pathlib.Path(child_dir) / f"centers_{centers}.json"
+
+
+def merge_child(out: dict, c: int, child: dict, status: str, wall):
+  """Appends one centers size's runs (from its child's file) to the suite ``out``; a method the child did not
+  finish gets ``{"error": status}`` (or ``not run`` when the child ended normally)."""
+  runs = list(child.get("runs", []))
+  done = {r["method"] for r in runs}
+  for m in out["methods"]:
+    if m not in done:  # the child died before it got to (or through) this method
+      runs.append({"method": m, "error": status if status != "ok" else "not run"})
+  for r in runs:
+    r.update(centers_requested=c, centers=child.get("centers"), build_s=child.get("build_s"),
+             train_rows=child.get("train_rows"), child_wall_s=wall, child_status=status)
+    out["runs"].append(r)
+
+
 def suite_centers(args, rec: Recorder, cache: dict):
   pools = pool_supported()
-  out = {"methods": ["fedavg", ABPS_SCALE], "rounds": args.rounds_centers, "seeds": 1,
-         "stays_per_center": args.stays_per_center, "pool_size_above_1000": 32 if pools else None, "runs": []}
+  out = {"methods": list(args.centers_methods), "rounds": args.rounds_centers, "seeds": 1,
+         "stays_per_center": args.stays_per_center, "pool_size_above_1000": 32 if pools else None, "runs": [],
+         "child_dir": str(args.child_dir)}
   if not pools:
     out["note"] = "abps.pool_size is not a config key in this checkout: ABPS runs with the full C × C beliefs"
     print(f"[centers] note: {out['note']}", flush=True)
   rec.result["suites"]["centers"] = out
-  for c in args.centers:
-    print(f"[centers] {c} centers: child process (FedAvg, then ABPS), {args.rounds_centers} rounds …", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-      child_out = pathlib.Path(tmp) / "child.json"
-      cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child-centers", str(c), "--child-out",
-             str(child_out), "--rounds", str(args.rounds_centers), "--stays-per-center", str(args.stays_per_center)]
-      if not pools:
-        cmd.append("--no-pool")
-      out["in_progress"] = f"{c} centers"  # left in the JSON if this run is cut short during this size
-      rec.save()
-      t0 = time.perf_counter()
-      status = "ok"
-      try:
-        proc = subprocess.run(cmd, timeout=args.child_timeout)
-        if proc.returncode != 0:
-          status = f"child exited with code {proc.returncode} (killed for memory?)"
-      except subprocess.TimeoutExpired:
-        status = f"child timed out after {args.child_timeout} s"
-      wall = time.perf_counter() - t0
+  for c in args.centers:  # no stale file of an earlier run in this folder can be merged for a size not reached
+    child_file(args.child_dir, c).unlink(missing_ok=True)
+  for k, c in enumerate(args.centers):
+    left = time_left(args)
+    if left < MIN_SUBSTEP_S + 5:
+      out["not_run"] = {"centers": args.centers[k:], "why": f"fewer than {MIN_SUBSTEP_S + 5} s left before --deadline"}
+      print(f"[centers] not run: {args.centers[k:]} ({out['not_run']['why']})", flush=True)
+      break
+    limit = int(min(args.child_timeout, left - 5))  # the child ends (and is merged) before the deadline
+    print(f"[centers] {c} centers: child process ({', '.join(out['methods'])}), {args.rounds_centers} rounds, "
+          f"limit {limit} s …", flush=True)
+    child_out = child_file(args.child_dir, c)
+    cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child-centers", str(c), "--child-out",
+           str(child_out), "--rounds", str(args.rounds_centers), "--stays-per-center", str(args.stays_per_center),
+           "--centers-methods", ",".join(out["methods"])]
+    if not pools:
+      cmd.append("--no-pool")
+    out["in_progress"] = f"{c} centers"  # left in the JSON if this run is cut short during this size
+    rec.save()
+    t0 = time.perf_counter()
+    status = "ok"
+    try:
+      proc = subprocess.run(cmd, timeout=limit)
+      if proc.returncode != 0:
+        status = f"child exited with code {proc.returncode} (killed for memory?)"
+    except subprocess.TimeoutExpired:
+      status = f"child timed out after {limit} s"
+    wall = time.perf_counter() - t0
+    try:
       child = json.loads(child_out.read_text()) if child_out.is_file() else {}
-    runs = child.get("runs", [])
-    done = {r["method"] for r in runs}
-    for m in out["methods"]:
-      if m not in done:  # the child died before it got to (or through) this method
-        runs.append({"method": m, "error": status if status != "ok" else "not run"})
-    for r in runs:
-      r.update(centers_requested=c, centers=child.get("centers"), build_s=child.get("build_s"),
-               train_rows=child.get("train_rows"), child_wall_s=wall, child_status=status)
-      out["runs"].append(r)
+    except ValueError:  # killed mid-write (the child writes through a temporary file, so this is unlikely)
+      child = {}
+    merge_child(out, c, child, status, wall)
     del out["in_progress"]
     rec.save()
   print_centers(out)
 
 
+def merge_centers_files(path, write: bool = False) -> dict:
+  """The saved result at ``path`` (a centers suite's ``--json``) with every ``centers_<C>.json`` of its folder
+  merged whose size the suite lacks: what children finished when their parent was killed (the device script's
+  step time box). Such runs get ``child_status`` "merged from centers_<C>.json: the parent was cut". A result
+  with no centers suite (the parent was cut before it began) gets one built from the children's files.
+  ``write``: rewrite ``path`` when anything was merged."""
+  path = pathlib.Path(path)
+  try:
+    result = json.loads(path.read_text())
+  except (OSError, ValueError):
+    result = {}
+  files = []
+  for f in path.parent.glob("centers_*.json"):
+    try:
+      files.append((int(f.stem.split("_", 1)[1]), f))
+    except ValueError:
+      continue
+  if not files:
+    return result
+  children = []
+  for c, f in sorted(files, key=lambda cf: cf[0]):
+    try:
+      children.append((c, f, json.loads(f.read_text())))
+    except (OSError, ValueError):
+      continue
+  suites = result.setdefault("suites", {})
+  out = suites.get("centers")
+  if out is None:
+    first = children[0][2] if children else {}
+    out = suites["centers"] = {"methods": first.get("methods", ["fedavg", ABPS_SCALE]), "rounds": first.get("rounds"),
+                               "seeds": 1, "stays_per_center": first.get("stays_per_center"), "runs": []}
+    for k, v in (("machine", first.get("machine")), ("date", time.strftime("%Y-%m-%d"))):
+      result.setdefault(k, v)
+  have = {r["centers_requested"] for r in out.get("runs", [])}
+  merged = []
+  for c, f, child in children:
+    if c in have:
+      continue
+    merge_child(out, c, child, f"merged from {f.name}: the parent was cut", None)
+    merged.append(c)
+  if merged:
+    out["merged_from_children"] = sorted(set(out.get("merged_from_children", [])) | set(merged))
+    if write:
+      tmp = path.with_suffix(path.suffix + ".tmp")
+      tmp.write_text(json.dumps(result, indent=1, default=str))
+      tmp.replace(path)
+  return result
+
+
 def run_child(args):
-  """One centers size in this (fresh) process: build, FedAvg, ABPS; results to ``--child-out`` after each."""
+  """One centers size in this (fresh) process: build, then each method; results to ``--child-out`` after the build
+  and after each method (through a temporary file, so a kill never leaves half a file)."""
   c = args.child_centers
-  res = {"centers_requested": c, "runs": []}
+  methods = list(args.centers_methods)
+  res = {"centers_requested": c, "methods": methods, "rounds": args.rounds, "stays_per_center": args.stays_per_center,
+         "runs": []}
   path = pathlib.Path(args.child_out)
-  save = lambda: path.write_text(json.dumps(res, default=str))
+
+  def save():
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(res, default=str))
+    tmp.replace(path)
+
   extra = data_overrides(c, args.stays_per_center)
   if c > 1000 and not args.no_pool:
     extra["abps.pool_size"] = 32
   config = make_config(args.rounds, [1], extra)
+  save()
   print(f"  building the {c}-center federation …", file=sys.stderr, flush=True)
   fed, build_s = timed_federation(config)
   res.update(centers=fed.num_clients, build_s=build_s, train_rows=int(np.asarray(fed.n_train).sum()),
@@ -583,7 +878,7 @@ def run_child(args):
   print(f"  built: {fed.num_clients} centers, {res['train_rows']} train rows in {build_s:.1f} s", file=sys.stderr,
         flush=True)
   save()
-  for method in ("fedavg", ABPS_SCALE):
+  for method in methods:
     entry = {"method": method, "pool_size": config.abps.pool_size if method != "fedavg" else None}
     try:
       entry.update(time_engine(method, config, fed))
@@ -611,6 +906,12 @@ def by_size(runs):
   return sorted(runs, key=lambda r: (r["centers_requested"], r["method"] != "fedavg"))
 
 
+def not_run(out):
+  if "not_run" in out:
+    what = {k: v for k, v in out["not_run"].items() if k != "why"}
+    print(f"not run: {what} ({out['not_run']['why']})\n")
+
+
 def cut_short(out):
   if "in_progress" in out:
     print(f"cut short while running: {out['in_progress']}\n")
@@ -627,32 +928,54 @@ def print_table(header, rows):
 
 
 def print_engine(out):
-  print(f"\nengine vs per-client loop ({out['centers']} centers, 1 seed, engine {out['rounds']} rounds, "
-        f"loop {out['loop_rounds']} timed round(s) after a warm-up):")
+  print(f"\nengine vs per-client loops ({out['centers']} centers, 1 seed, engine {out['rounds']} rounds, "
+        f"loops {out['loop_rounds']} timed round(s) after a warm-up):")
   rows = []
   for m, e in out["methods"].items():
-    en, lp = e.get("engine", {}), e.get("loop", {})
-    rows.append([m, sec(en.get("compile_s")), ms(en.get("s_per_round")), sec(lp.get("warmup_s")),
-                 ms(lp.get("s_per_round")), f"{e['speedup']:.1f}×" if "speedup" in e else e.get("error", "—")[:60]])
-  print_table(["method", "compile s", "engine ms/round", "loop warm-up s", "loop ms/round", "speed-up"], rows)
+    en, shown = e.get("engine", {}), False
+    for name, label, key in (("loop", "JAX", "speedup"), ("torch_loop", "PyTorch", "speedup_over_torch")):
+      if name not in e:
+        continue
+      lp, shown = e[name], True
+      why = lp.get("skipped") or lp.get("error") or "—"
+      loop_dev = f" ({lp['device']})" if lp.get("device") else ""
+      rows.append([m, label + loop_dev, sec(en.get("compile_s")), ms(en.get("s_per_round")), sec(lp.get("warmup_s")),
+                   ms(lp.get("s_per_round")), f"{e[key]:.1f}×" if key in e else why[:60]])
+    if not shown:  # the engine only (its loop not reached, or the method failed)
+      rows.append([m, "—", sec(en.get("compile_s")), ms(en.get("s_per_round")), "—", "—", e.get("error", "—")[:60]])
+  print_table(["method", "loop", "compile s", "engine ms/round", "loop warm-up s", "loop ms/round", "speed-up"],
+              rows)
+  not_run(out)
   cut_short(out)
 
 
 def print_seeds(out):
-  print(f"\nseeds in one call (FedAvg, {out['centers']} centers, {out['rounds']} rounds):")
-  rows = [[r["seeds"], sec(r.get("compile_s")), f"{r['run_s']:.2f}" if "run_s" in r else r.get("error", "")[:60],
-           ms(r.get("s_per_round")), f"{r['s_per_seed']:.3f}" if "s_per_seed" in r else "—",
-           f"{r['run_vs_1_seed']:.2f}×" if "run_vs_1_seed" in r else "—", fmt_bytes(r["peak_memory"]["bytes"])]
-          for r in sorted(out["runs"], key=lambda r: r["seeds"])]
-  print_table(["seeds", "compile s", "run s", "ms/round", "s/seed", "run vs 1 seed", "peak so far"], rows)
+  r2 = out.get("rounds2")
+  print(f"\nseeds in one call (FedAvg, {out['centers']} centers, {out['rounds']} rounds"
+        + (f"; second call {r2} rounds for the cost per extra round" if r2 else "") + "):")
+  rows = []
+  for r in sorted(out["runs"], key=lambda r: r["seeds"]):
+    sc = r.get("second", {})
+    rows.append([r["seeds"], sec(r.get("compile_s")), f"{r['run_s']:.2f}" if "run_s" in r else r.get("error", "")[:60],
+                 ms(r.get("s_per_round")), f"{r['s_per_seed']:.3f}" if "s_per_seed" in r else "—",
+                 f"{r['run_vs_1_seed']:.2f}×" if "run_vs_1_seed" in r else "—",
+                 sec(sc.get("compile_s")), f"{sc['run_s']:.2f}" if "run_s" in sc else (sc.get("skipped") or
+                                                                                   sc.get("error", "—"))[:40],
+                 ms(r.get("s_per_extra_round")),
+                 f"{r['extra_round_vs_1_seed']:.2f}×" if "extra_round_vs_1_seed" in r else "—",
+                 fmt_bytes(r["peak_memory"]["bytes"])])
+  print_table(["seeds", "compile s", "run s", "ms/round", "s/seed", "run vs 1 seed", "R2 compile s", "R2 run s",
+               "ms/extra round", "extra round vs 1 seed", "peak so far"], rows)
   if "largest_vs_1_seed" in out:
     t = out["largest_vs_1_seed"]
-    print(f"{t['seeds']} seeds cost {t['ratio']:.2f}× one seed (target {t['target']})\n")
+    print(f"{t['seeds']} seeds cost {t['ratio']:.2f}× one seed (target {t['target']})"
+          + (f"; per extra round {t['extra_round_ratio']:.2f}×" if "extra_round_ratio" in t else "") + "\n")
+  not_run(out)
   cut_short(out)
 
 
 def print_centers(out):
-  print(f"\ncenters scaling ({out['rounds']} rounds, 1 seed; FedAvg then {ABPS_SCALE} in one process per size):")
+  print(f"\ncenters scaling ({out['rounds']} rounds, 1 seed; {', '.join(out['methods'])} in one process per size):")
   rows = []
   for r in by_size(out["runs"]):
     ok = "run_s" in r
@@ -661,26 +984,50 @@ def print_centers(out):
                  fmt_bytes((r.get("peak_memory") or {}).get("bytes")), "ok" if ok else r.get("error", "?")[:70]])
   print_table(["centers", "kept", "method", "build s", "compile s", "run s", "ms/round", "peak so far", "status"],
               rows)
+  if out.get("merged_from_children"):
+    print(f"merged from the children's files after the step was cut: {out['merged_from_children']}\n")
+  not_run(out)
   cut_short(out)
 
 
 def print_table1(out):
   print(f"\ntable1 ({out['rows']} rows × {len(out['seeds'])} seeds, {out['rounds']} rounds, "
         f"{out['compile_workers']} compile worker(s)):")
-  rows = [[m, sec(e["compile_s"]), sec(e["run_s"]), e["rounds_run"], f"{e['auroc_mean']:.4f}", sec(e["done_at_s"])]
+  rows = [[m, sec(e.get("compile_s")), sec(e.get("run_s")), e.get("rounds_run", "—"),
+           f"{e['auroc_mean']:.4f}" if "auroc_mean" in e else e.get("error", "?")[:60], sec(e.get("done_at_s"))]
           for m, e in out["methods"].items()]
   print_table(["row", "compile s", "run s", "rounds run", "AUROC", "done at s"], rows)
   print(f"wall clock {sec(out.get('wall_s'))} s (compile {sec(out.get('compile_sum_s'))} s and run "
-        f"{sec(out.get('run_sum_s'))} s summed over rows; compiles overlap runs)\n")
+        f"{sec(out.get('run_sum_s'))} s summed over rows; compiles overlap runs)"
+        + (f"; {out['error']}, rows after {out['fallback_after']} run one at a time" if "fallback_after" in out
+           else "") + "\n")
   cut_short(out)
 
 
+def print_images(out):
+  if "skipped" in out:
+    print(f"\nimages: skipped ({out['skipped']})\n")
+    return
+  for part in ("dirichlet", "iid"):
+    r = out.get(part)
+    if r:
+      print(f"images ({part}): K = 10 of {r['clients']}: {r['engine_k']['s_per_round']:.2f} s/round, full round "
+            f"{r['engine_full']['s_per_round']:.2f} s/round, ratio {r['k_of_n_ratio']:.3f}"
+            + (f"; per-client loop {r['loop_k']['s_per_round']:.2f} s/round "
+               f"({r['engine_speedup_over_loop']:.2f}× the engine)" if "loop_k" in r else ""), flush=True)
+
+
 def print_saved(result: dict, name: str = ""):
+  dc = result.get("device_check") or {}
+  if "machine" not in result:  # a device-script stub: a step skipped or cut before it wrote anything
+    print(f"{name}: {dc.get('status', 'no results')}" + (f" ({dc['detail']})" if dc.get("detail") else ""))
+    return
   print(f"{name}: {result.get('machine')}; jax {result.get('jax')}; {result.get('started')} → "
-        f"{result.get('finished', 'not finished (cut short?)')}")
+        f"{result.get('finished', 'not finished (cut short?)')}"
+        + (f"; device_check: {dc.get('status')}" + (f" ({dc['detail']})" if dc.get("detail") else "") if dc else ""))
   suites = result.get("suites", {})
   for suite, show in (("seeds", print_seeds), ("engine", print_engine), ("centers", print_centers),
-                      ("table1", print_table1)):
+                      ("table1", print_table1), ("images", print_images)):
     if suite in suites:
       show(suites[suite])
 
@@ -701,6 +1048,13 @@ SECTIONS = {
         "run smallest first).\n\n"
         "| date | machine | centers | rounds | seeds | compile s | run s | ms / round | s / seed | run vs 1 seed | peak memory |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"),
+    "seeds_rounds": (
+        "## Seeds in one call: the cost per extra round, FedAvg, 230 centers (`python benchmarks/bench.py --suite seeds --record`)",
+        "The run-vs-1-seed ratio above includes fixed set-up costs (init, the final evaluation, the call's overhead).\n"
+        "Each seed count's second call runs R2 rounds: s per extra round = (run s(R2) − run s(R1)) / (R2 − R1), the\n"
+        "marginal cost of one round of all seeds; each (seeds, rounds) pair is one program, compiled once, compile apart.\n\n"
+        "| date | machine | centers | rounds R1 → R2 | seeds | compile s (R1, R2) | run s (R1) | run s (R2) | ms / extra round | extra round vs 1 seed |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"),
     "centers": (
         "## Centers scaling: FedAvg and ABPS κ = 1 + goal filter (`python benchmarks/bench.py --suite centers --record`)",
         f"ABPS is `{ABPS_SCALE}` (κ = 1, homogeneity goal filter, bf16 wire, 1-layer head; `abps.pool_size = 32`\n"
@@ -734,8 +1088,12 @@ ENGINE_NOTE = ("The first four rows come from the former `benchmarks/bench_fedav
 
 
 def result_rows(result: dict) -> dict:
-  """RESULTS.md table rows per suite from a result dict (as written to --json)."""
+  """RESULTS.md table rows per suite from a result dict (as written to --json; a device-script stub has none)."""
+  if "machine" not in result:
+    return {}
   date, mach = result["date"], result["machine"]
+  if result.get("compile_cache"):  # a rehearsal: compiles of programs seen before were cache loads
+    mach += " (compile cache on)"
   rows = {}
   eng = result["suites"].get("engine")
   if eng:
@@ -744,13 +1102,20 @@ def result_rows(result: dict) -> dict:
       en, lp = e.get("engine"), e.get("loop")
       if not en:
         continue
+      lp = lp if lp and "s_per_round" in lp else None
       rows["engine"].append(
           f"| {date} | {m}, {eng['centers']} centers, {eng['rounds']} rounds (loop: {eng['loop_rounds']}) | {mach} | 1 | "
           f"{en['compile_s']:.1f} | {ms(en['s_per_round'])} | {ms(lp['s_per_round']) if lp else '—'} | "
           f"{(str(round(e['speedup'], 1)) + '×') if 'speedup' in e else '—'} |")
+      tl = e.get("torch_loop")
+      if tl and "s_per_round" in tl:
+        rows["engine"].append(
+            f"| {date} | {m}, {eng['centers']} centers, {eng['rounds']} rounds (loop: PyTorch {tl['torch']} on "
+            f"{tl['device']}, {tl['rounds']}) | {mach} | 1 | {en['compile_s']:.1f} | {ms(en['s_per_round'])} | "
+            f"{ms(tl['s_per_round'])} | {round(e['speedup_over_torch'], 1)}× |")
   sd = result["suites"].get("seeds")
   if sd:
-    rows["seeds"] = []
+    rows["seeds"], rows["seeds_rounds"] = [], []
     for r in sorted(sd["runs"], key=lambda r: r["seeds"]):
       if "run_s" not in r:
         rows["seeds"].append(f"| {date} | {mach} | {sd['centers']} | {sd['rounds']} | {r['seeds']} | — | failed: "
@@ -761,6 +1126,13 @@ def result_rows(result: dict) -> dict:
           f"{r['run_s']:.2f} | {ms(r['s_per_round'])} | {r['s_per_seed']:.3f} | "
           f"{(format(r['run_vs_1_seed'], '.2f') + '×') if 'run_vs_1_seed' in r else '—'} | "
           f"{fmt_bytes(r['peak_memory']['bytes'])} |")
+      sc = r.get("second")
+      if sc and "run_s" in sc:
+        rows["seeds_rounds"].append(
+            f"| {date} | {mach} | {sd['centers']} | {sd['rounds']} → {sc['rounds']} | {r['seeds']} | "
+            f"{r['compile_s']:.1f}, {sc['compile_s']:.1f} | {r['run_s']:.2f} | {sc['run_s']:.2f} | "
+            f"{ms(r['s_per_extra_round'])} | "
+            f"{(format(r['extra_round_vs_1_seed'], '.2f') + '×') if 'extra_round_vs_1_seed' in r else '—'} |")
   ce = result["suites"].get("centers")
   if ce:
     rows["centers"] = []
@@ -774,7 +1146,7 @@ def result_rows(result: dict) -> dict:
           f"{sec(r.get('compile_s'))} | {format(r['run_s'], '.2f') if ok else '—'} | {ms(r.get('s_per_round'))} | "
           f"{fmt_bytes((r.get('peak_memory') or {}).get('bytes'))} | {status} |")
   im = result["suites"].get("images")
-  if im:
+  if im and "skipped" not in im:
     rows["images"] = []
     for part in ("dirichlet", "iid"):
       r = im.get(part)
@@ -787,14 +1159,20 @@ def result_rows(result: dict) -> dict:
             f"{(format(r['engine_speedup_over_loop'], '.2f') + '×') if lp else '—'} |")
   t1 = result["suites"].get("table1")
   if t1:
-    slow = max(t1["methods"].items(), key=lambda kv: kv[1]["run_s"], default=None)
-    done = f"{len(t1['methods'])} of {t1['rows']} rows"
-    status = "ok" if len(t1["methods"]) == t1["rows"] and "error" not in t1 else (
-        f"cut short: {done}" + (f"; {t1['error'][:80]}" if "error" in t1 else ""))
+    ok = {m: e for m, e in t1["methods"].items() if "run_s" in e}
+    slow = max(ok.items(), key=lambda kv: kv[1]["run_s"], default=None)
+    bad = [m for m, e in t1["methods"].items() if "error" in e]
+    done = f"{len(ok)} of {t1['rows']} rows"
+    if len(ok) == t1["rows"] and "error" not in t1:
+      status = "ok"
+    elif bad:
+      status = f"{done} ok; failed: {', '.join(bad)}"[:120]
+    else:
+      status = f"cut short: {done}" + (f"; {t1['error'][:80]}" if "error" in t1 else "")
     rows["table1"] = [
         f"| {date} | {mach} | {t1['rows']} × {len(t1['seeds'])} | {t1['rounds']} | {t1['compile_workers']} | "
         f"{sec(t1.get('wall_s'))} | {sec(t1.get('compile_sum_s'))} | {sec(t1.get('run_sum_s'))} | "
-        f"{slow[0] + ' ' + sec(slow[1]['run_s']) if slow else '—'} | {status} |"]
+        f"{slow[0] + ' ' + sec(slow[1]['run_s']) if slow else '—'} | {status.replace('|', '/')} |"]
   return rows
 
 
@@ -845,11 +1223,22 @@ def main(argv=None):
   p.add_argument("--fmnist-path", default="", help="images suite: the Fashion-MNIST folder (default Debian's)")
   p.add_argument("--rounds", type=int, default=None,
                  help="rounds of every engine call (default: seeds 100, engine 20, centers 5; --quick: 2)")
+  p.add_argument("--rounds2", type=int, default=None,
+                 help="seeds suite: rounds of each seed count's second call (default R/2, 2R when R = 1; 0: none)")
   p.add_argument("--loop-rounds", type=int, default=None, help="timed per-client loop rounds (default 2; --quick 1)")
+  p.add_argument("--engine-methods", default="fedavg,abps_x", help="engine suite: methods (each with its loops)")
+  p.add_argument("--deadline", type=float, default=None,
+                 help="time.time() seconds after which no sub-step starts (centers children are capped to it)")
   p.add_argument("--seeds-list", default=None, help="seed counts of the seeds suite (default 1,5,20,100)")
   p.add_argument("--centers", default=None, help="center counts of the centers suite (default 230,1000,10000,100000)")
   p.add_argument("--stays-per-center", type=int, default=30, help="centers suite, ≥ 1000 centers: total_stays / centers")
+  p.add_argument("--centers-methods", default=f"fedavg,{ABPS_SCALE}", help="centers suite: the methods per size")
   p.add_argument("--child-timeout", type=int, default=3600, help="seconds one centers size may take")
+  p.add_argument("--child-dir", default=None,
+                 help="centers suite: where each size's child writes centers_<C>.json (default: the --json file's "
+                      "folder, else a temporary folder)")
+  p.add_argument("--merge-centers", action="store_true",
+                 help="with --print-from: rewrite a centers JSON with the centers_<C>.json files its cut run left")
   p.add_argument("--table1-seeds", default="11,22,33,44,55", help="table1 suite: seeds (default the paper's five)")
   p.add_argument("--table1-methods", default=None, help="table1 suite: a subset of rows, comma-separated (default all)")
   p.add_argument("--compile-workers", type=int, default=None,
@@ -864,9 +1253,12 @@ def main(argv=None):
   p.add_argument("--no-pool", action="store_true", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
 
+  args.centers_methods = [m.strip() for m in args.centers_methods.split(",") if m.strip()]
   if args.record_from or args.print_from:
     for f in (args.record_from or args.print_from).split(","):
       saved = json.loads(pathlib.Path(f).read_text())
+      if "centers" in saved.get("suites", {}) or pathlib.Path(f).name == "centers.json":
+        saved = merge_centers_files(f, write=args.merge_centers)  # what killed children left beside it
       if args.record_from:
         record(saved)
       else:
@@ -883,13 +1275,25 @@ def main(argv=None):
     p.error(f"unknown suite(s) {', '.join(bad)}; choose from engine, seeds, centers, table1, images")
   q = args.quick
   args.rounds_seeds = args.rounds or (2 if q else 100)
+  if args.rounds2 is None:
+    args.rounds2 = args.rounds_seeds // 2 if args.rounds_seeds >= 2 else 2 * args.rounds_seeds
+  if args.rounds2 == args.rounds_seeds:
+    p.error("--rounds2 must differ from the seeds suite's rounds (or be 0: no second call)")
+  args.engine_methods = [m.strip() for m in args.engine_methods.split(",") if m.strip()]
   args.rounds_engine = args.rounds or (2 if q else 20)
   args.rounds_centers = args.rounds or (2 if q else 5)
   args.loop_rounds = args.loop_rounds or (1 if q else 2)
   args.seeds_list = parse_list(args.seeds_list or ("1,5" if q else "1,5,20,100"))
   args.centers = parse_list(args.centers or ("230,1000" if q else "230,1000,10000,100000"))
 
+  args.child_dir = pathlib.Path(args.child_dir or (pathlib.Path(args.json).resolve().parent if args.json else
+                                                     tempfile.mkdtemp(prefix="bench-centers-")))
+  args.child_dir.mkdir(parents=True, exist_ok=True)
+
   rec = Recorder(args.json)
+  rec.result["compile_cache"] = os.environ.get("BENCH_COMPILE_CACHE") or None
+  if args.deadline:
+    rec.result["deadline_s_from_start"] = round(args.deadline - time.time(), 1)
   print(f"machine: {rec.result['machine']}; jax {jax.__version__}; suites: {', '.join(suites)}", flush=True)
   cache = {}
   # Seeds first: on an accelerator it is the acceptance figure; centers last (children, largest last).
