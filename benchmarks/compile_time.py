@@ -55,7 +55,7 @@ def measure(methods, seeds=None, rounds=None, centers=0, run_rounds=0) -> list:
   for method in methods:
     overrides = {}
     if seeds:
-      overrides["seeds"] = [11 + 11 * i for i in range(seeds)]
+      overrides["seeds"] = ",".join(str(11 + 11 * i) for i in range(seeds))
     if rounds:
       overrides["rounds"] = rounds
     if centers and centers != 230:

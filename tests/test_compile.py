@@ -214,3 +214,17 @@ def test_auroc_by_rows_equals_the_padded_auroc(lengths, seed, levels):
   want = np.asarray(_auroc_padded(jnp.asarray(scores), jnp.asarray(labels), jnp.asarray(mask)))
   np.testing.assert_allclose(got, want, atol=1e-6, equal_nan=True)
   assert np.isnan(got[np.asarray(lengths) == 0]).all()
+
+
+def test_group_count_keeps_equal_groups_within_the_slack_of_the_buckets_steps():
+  import math
+  # Equal buckets: equal groups are the buckets themselves.
+  assert local.group_count([(10, 32), (10, 64), (10, 96)], 32) == 3
+  # One huge bucket of small clients and a few large ones (10,000 centers): more, narrower groups.
+  buckets, batch = [(9835, 128), (36, 249), (1, 264)], 128
+  g = local.group_count(buckets, batch)
+  bounds = sorted(length for count, length in buckets for _ in range(count))
+  s = -(-len(bounds) // g)
+  grouped = sum(s * math.ceil(bounds[min(end, len(bounds)) - 1] / batch) for end in range(s, len(bounds) + s, s))
+  own = sum(count * math.ceil(length / batch) for count, length in buckets)
+  assert 3 < g < len(bounds) and grouped <= 1.15 * own
