@@ -9,13 +9,13 @@ import concurrent.futures
 import dataclasses
 import os
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_sim import compile_cache
+from fedjax_sim import compile_cache, program_cache
 from fedjax_sim.algorithms.base import Algorithm
 from fedjax_sim.algorithms.registry import build_method, check_federation, hyper_from_config, preset
 from fedjax_sim.build import seed_keys
@@ -108,17 +108,35 @@ class PreparedMethod:
     for a checkpointed run, whose carry layout comes from the compiled ``start``)."""
     program, keys, fed, hyper = self.program, self.keys, self.fed, self.hyper
     t0 = time.perf_counter()
+    cached = self._program_cache()
     if not self.options.checkpoint_every and program.chunk == program.rounds:
-      run = program.run.lower(keys, fed, hyper).compile()
-      return CompiledMethod(run=run, compile_s=time.perf_counter() - t0)
-    start = program.start.lower(keys, fed, hyper).compile()
-    shardings = start.output_shardings
-    template = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                                      jax.eval_shape(program.start, keys, fed, hyper), shardings)
-    advance = program.advance.lower(template, fed, hyper, jnp.asarray(1, jnp.int32)).compile()
-    finish = program.finish.lower(template, fed).compile()
+      run = cached("run", program._run, (keys, fed, hyper)) or program.run.lower(keys, fed, hyper).compile()
+      return CompiledMethod(run=run, compile_s=time.perf_counter() - t0, program_cache=program_cache.describe(run))
+    start = cached("start", program._start, (keys, fed, hyper))
+    if start is not None:
+      template, shardings = start.out_template, start.output_shardings
+    else:
+      start = program.start.lower(keys, fed, hyper).compile()
+      shardings = start.output_shardings
+      template = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                                        jax.eval_shape(program.start, keys, fed, hyper), shardings)
+    t1 = jnp.asarray(1, jnp.int32)
+    advance = (cached("advance", program._advance, (template, fed, hyper, t1))
+               or program.advance.lower(template, fed, hyper, t1).compile())
+    finish = cached("finish", program._finish, (template, fed)) or program.finish.lower(template, fed).compile()
     return CompiledMethod(start=start, advance=advance, finish=finish, template=template, shardings=shardings,
-                          compile_s=time.perf_counter() - t0)
+                          compile_s=time.perf_counter() - t0, program_cache=program_cache.describe(advance))
+
+  def _program_cache(self) -> Callable:
+    """``cached(label, body, args)``: the program from :mod:`fedjax_sim.program_cache`, or None where that cache is
+    off or cannot serve it (several devices, a host callback in the program, no compile cache)."""
+    where = program_cache.folder()
+    if where is None or self.program.placement.num_devices != 1 or self.program.on_round is not None:
+      return lambda label, body, args: None
+    # What decides the trace besides the source, the libraries and the arguments' types (program_cache's key).
+    parts = (self.name, repr(self.points), repr(self.options.sweep), self.program.rounds, self.program.chunk,
+             self.options.checkpoint_every, program_cache.array_digest(self.federation))
+    return lambda label, body, args: program_cache.compile_program(body, args, (label,) + parts, where)
 
   def execute(self, compiled: "CompiledMethod") -> "MethodRun":
     """Runs the compiled programs and summarizes every seed and grid point (SPEC §6).
@@ -149,7 +167,8 @@ class PreparedMethod:
                                        self.algorithm, out, metric=self.metric)
     placement = self.program.placement
     summary["timing"] = {"compile_s": compiled.compile_s, "run_s": run_s, "devices": placement.num_devices,
-                         "sharded_axis": placement.axis, "traces": self.traces["n"]}
+                         "sharded_axis": placement.axis, "traces": self.traces["n"],
+                         "program_cache": compiled.program_cache}
     summary["preset"] = dict(preset(name))
     return MethodRun(name, summary, per_seed, compiled.compile_s, run_s, self.traces["n"], self.metric)
 
@@ -165,6 +184,7 @@ class CompiledMethod:
   finish: Any = None
   template: Any = None  # the carry's shapes, dtypes and shardings (what a checkpoint restores into)
   shardings: Any = None
+  program_cache: str = "off"  # traced programs from disk: hit, miss or off (fedjax_sim.program_cache)
 
 
 def prepare_method(name: str, config: ExperimentConfig, federation: Federation,

@@ -55,6 +55,9 @@ def _session_cache() -> str:
   atexit.register(shutil.rmtree, path, ignore_errors=True)
   os.environ["FEDJAX_SIM_TEST_CACHE"] = path
   os.environ[compile_cache.ENV] = path  # the CLI (and subprocesses) use it too
+  # Traced programs on disk are keyed by the source files, not by code patched at run time, and tests patch
+  # (fault injection, counters): off for the suite, on where tests/test_compile.py tests it.
+  os.environ["FEDJAX_SIM_PROGRAM_CACHE"] = "0"
   compile_cache.enable(path)
   return path
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_sim import compile_cache, run
+from fedjax_sim import compile_cache, program_cache, run
 from fedjax_sim.config import ExperimentConfig, LearnerConfig
 from fedjax_sim.data.datasets import LabeledData
 from fedjax_sim.data.labeled import from_partition
@@ -124,11 +124,15 @@ def cache_events():
 
 def test_second_invocation_loads_the_program_and_gives_the_same_numbers(tmp_path, monkeypatch, capsys,
                                                                          cache_events):
+  """The second run loads XLA's executables and the traced programs (no trace at all); the numbers are the same
+  as the first run's and as a run with both caches off."""
   cache = tmp_path / "cache"
   monkeypatch.setenv(compile_cache.ENV, str(cache))
+  monkeypatch.setenv(program_cache.ENV, "1")
   try:
     assert run.main(["fedavg", "--out", str(tmp_path / "a")] + TINY) == 0
     assert any(cache.iterdir()), "the first run wrote no cache entry"
+    assert len(list((cache / "programs").iterdir())) == 1  # --quiet: the whole run is one program
     cache_events.clear()
     assert run.main(["fedavg", "--out", str(tmp_path / "b")] + TINY) == 0
     assert "/jax/compilation_cache/cache_hits" in cache_events
@@ -138,6 +142,42 @@ def test_second_invocation_loads_the_program_and_gives_the_same_numbers(tmp_path
     compile_cache.enable(os.environ.get("FEDJAX_SIM_TEST_CACHE"))  # the suite's own setting (conftest)
   seeds = [json.loads((tmp_path / d / "fedavg" / "seed_1.json").read_text()) for d in "abc"]
   assert seeds[0] == seeds[1] == seeds[2]  # parsed JSON: every float equal
+  timing = [json.loads((tmp_path / d / "summary.json").read_text())["methods"]["fedavg"]["timing"] for d in "abc"]
+  assert [t["program_cache"] for t in timing] == ["miss", "hit", "off"]
+  assert [t["traces"] for t in timing] == [1, 0, 1]
+
+
+def test_program_cache_key_and_damaged_files(tmp_path):
+  """A program is loaded only under the same key (arguments' types, key parts); another shape, another key part
+  or a damaged file traces afresh; a program with a host callback is not cached (None: compile it the usual way)."""
+  calls = []
+
+  def body(x, scale):
+    calls.append(1)
+    return {"y": x * scale + 1.0, "n": jnp.sum(x)}
+
+  where = str(tmp_path / "programs")
+  x, s = jnp.arange(4.0), jnp.asarray(2.0)
+  first = program_cache.compile_program(body, (x, s), ("m", "cfg"), where)
+  again = program_cache.compile_program(body, (x, s), ("m", "cfg"), where)
+  assert (first.hit, again.hit, len(calls)) == (False, True, 1)
+  np.testing.assert_array_equal(again(x, s)["y"], [1.0, 3.0, 5.0, 7.0])
+  assert again.out_template["n"].shape == () and program_cache.describe(again) == "hit"
+  assert not program_cache.compile_program(body, (x, s), ("m", "other"), where).hit
+  assert not program_cache.compile_program(body, (jnp.arange(5.0), s), ("m", "cfg"), where).hit
+  assert len(calls) == 3
+  for f in (tmp_path / "programs").iterdir():
+    f.write_bytes(b"damaged")
+  assert not program_cache.compile_program(body, (x, s), ("m", "cfg"), where).hit and len(calls) == 4
+  assert program_cache.compile_program(body, (x, s), ("m", "cfg"), where).hit
+  with pytest.raises(TypeError, match="structure"):
+    again(x, (s, s))
+  assert program_cache.compile_program(body, (x, s), ("m", "cfg"), None) is None  # the cache is off
+
+  def with_callback(x):
+    jax.debug.callback(lambda v: None, x)
+    return x + 1
+  assert program_cache.compile_program(with_callback, (x,), ("cb",), where) is None
 
 
 def test_cache_switches_and_folder(tmp_path, monkeypatch):
@@ -171,16 +211,20 @@ def test_progress_by_chunks_gives_the_one_call_numbers(tmp_path, monkeypatch):
   config = load_experiment("fedavg", {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": (8, 4),
                                       "learner.local_epochs": 1, "rounds": 5, "seeds": [1, 2]})
   federation = build_federation(config, warn=lambda m: None)
-  outs = []
+  outs, served = [], []
+  monkeypatch.setenv(program_cache.ENV, "1")  # the chunks' three programs through the program cache: miss, hit
   try:
-    for path, progress in ((None, False), (str(tmp_path / "cache"), True)):
+    for path, progress in ((None, False), (str(tmp_path / "cache"), True), (str(tmp_path / "cache"), True)):
       compile_cache.enable(path)
       prepared = prepare_method("fedavg", config, federation, RunOptions(progress=progress))
       assert (prepared.program.chunk < 5) == progress and prepared.program.on_round is None
-      outs.append(prepared.execute(prepared.compile()).per_seed)
+      compiled = prepared.compile()
+      served.append(compiled.program_cache)
+      outs.append(prepared.execute(compiled).per_seed)
   finally:
     compile_cache.enable(os.environ.get("FEDJAX_SIM_TEST_CACHE"))
-  assert outs[0] == outs[1]
+  assert served == ["off", "miss", "hit"]
+  assert outs[0] == outs[1] == outs[2]
 
 
 # --- evaluation by rows for the clinical task (AUROC) ---------------------------------------------------------------
