@@ -1,0 +1,11 @@
+"""FBS-FL (paper 002): fair Bayesian Stackelberg federated learning, built from small tested pieces (issue 12).
+
+* :mod:`.projection` — Euclidean projection onto the capped simplex Π (eq. 3; Alg. 1 line 4; SPEC §4.2 step 2)
+* :mod:`.inclusion` — independent Bernoulli inclusion and dependent rounding (§3.1, eq. 4; SPEC §4.2 step 4)
+* :mod:`.followers` — best response, logit response and the EXP3 follower (eqs. 15, 17; Alg. 2; SPEC §4.2 step 5)
+* :mod:`.beliefs` — categorical beliefs over the type grid Θ and their Bayes update (eqs. 17–18; SPEC §4.2 step 7)
+* :mod:`.economics` — offers, participation EMA, q-fair weights and the leader reward (eqs. 7, 8, 10, 11, 13, 14)
+* :mod:`.ppo` — the PPO leader (Alg. 1; SPEC §4.2 steps 2 and 9)
+
+Nothing here declares a method yet (no ``SPECS``): the pieces are integrated by a later step of issue 12.
+"""
