@@ -6,6 +6,7 @@
 * :mod:`.beliefs` — categorical beliefs over the type grid Θ and their Bayes update (eqs. 17–18; SPEC §4.2 step 7)
 * :mod:`.economics` — offers, participation EMA, q-fair weights and the leader reward (eqs. 7, 8, 10, 11, 13, 14)
 * :mod:`.ppo` — the PPO leader (Alg. 1; SPEC §4.2 steps 2 and 9)
+* :mod:`.algorithm` — the round (SPEC §4.2 steps 1–9) and the ``fbsfl`` method's declaration (``SPECS``)
 
-Nothing here declares a method yet (no ``SPECS``): the pieces are integrated by a later step of issue 12.
+Issue 12's baselines behind the strategic layer (item 4), its tables and figures are not built yet.
 """
