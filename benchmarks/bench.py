@@ -198,9 +198,22 @@ def sec(s) -> str:
 
 # --- configs, federations, engine timing ---------------------------------------------------------------
 
+def env_overrides(environ=os.environ) -> dict:
+  """``BENCH_SET="key=value;key=value"``: config overrides for every engine config (a rehearsal's tiny federation,
+  e.g. ``data.num_centers=12;data.total_stays=1800``); empty when unset. The suite's own per-size overrides win."""
+  out = {}
+  for item in filter(None, (part.strip() for part in environ.get("BENCH_SET", "").split(";"))):
+    key, sep, value = item.partition("=")
+    if not sep:
+      raise SystemExit(f"error: BENCH_SET expects key=value items separated by ';', got {item!r}")
+    out[key.strip()] = value.strip()
+  return out
+
+
 def make_config(rounds: int, seeds, extra=None):
   """The experiment config through the project's loader; overrides are re-applied after every method's preset."""
-  overrides = {"rounds": rounds, "seeds": ",".join(str(s) for s in seeds), **NO_STOP, **(extra or {})}
+  overrides = {"rounds": rounds, "seeds": ",".join(str(s) for s in seeds), **NO_STOP, **env_overrides(),
+               **(extra or {})}
   return load_experiment("fedavg", overrides)
 
 

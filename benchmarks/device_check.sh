@@ -61,7 +61,8 @@
 # LOOP_ROUNDS [2], SEEDS_LIST [1,100,5,20], ENGINE_METHODS [fedavg,abps_x], CENTERS [230,100000,1000,10000],
 # CENTERS_ROUNDS [5], CENTERS_METHODS [fedavg,abps_pq_k1_hom], CHILD_TIMEOUT [120], TABLE1_METHODS [all],
 # TABLE1_SEEDS [11,22,33,44,55], TABLE1_ROUNDS [the config's], COMPILE_WORKERS [bench.py's], IMAGES_ROUNDS [2],
-# FMNIST_PATH, BENCH_COMPILE_CACHE [unset: cold compiles; a folder: JAX's persistent cache, rehearsals only].
+# FMNIST_PATH, BENCH_COMPILE_CACHE [unset: cold compiles; a folder: JAX's persistent cache, rehearsals only],
+# BENCH_SET [unset; "key=value;..." config overrides of every engine config, e.g. a rehearsal's tiny federation].
 # CPU rehearsal (what tests/test_device_check.py runs, tiny sizes):
 #   JAX_PLATFORMS=cpu DEVICE_CHECK_ALLOW_CPU=1 OUT=/tmp/dc BUDGET=240 ROUNDS=1 SEEDS_LIST=1,2 ... bash benchmarks/device_check.sh
 set -u

@@ -196,7 +196,8 @@ print(json.dumps(out))
 
 
 def test_four_devices_equal_one_device(tmp_path):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+  env = dict(os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4",
+             JAX_PLATFORMS="cpu")
   root = pathlib.Path(__file__).resolve().parent.parent
   proc = subprocess.run([sys.executable, "-c", DEVICES_SCRIPT], env=env, cwd=root, capture_output=True, text=True,
                         timeout=1500)
