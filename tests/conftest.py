@@ -32,6 +32,17 @@ def make_cohorts(num_sites=6, num_features=5, seed=0, sizes=None):
   return Cohorts(tuple(sites), tuple(f"f{j}" for j in range(num_features)), cont, "test cohorts")
 
 
+def bucket_rows(fed) -> dict:
+  """Client index → its unpadded train ``(x, y)`` read off the federation's buckets (the order the flat rows of
+  ``train_selected`` have)."""
+  out = {}
+  for b in fed.buckets:
+    bx, by, bn = np.asarray(b.x), np.asarray(b.y), np.asarray(b.n)
+    for pos, i in enumerate(np.asarray(b.client_idx).tolist()):
+      out[i] = (bx[pos, :bn[pos]], by[pos, :bn[pos]])
+  return out
+
+
 def numpy_bce(logits, y, m) -> float:
   """Mean binary cross-entropy of sigmoid(logits) over the rows where ``m`` is set, in float64 (an independent
   reference for the engine's ``bce_with_logits``)."""

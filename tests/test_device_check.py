@@ -61,7 +61,7 @@ def test_cpu_rehearsal_keeps_every_step_within_the_deadline(tmp_path):
                   CENTERS=12, CENTERS_ROUNDS=1, CENTERS_METHODS="fedavg", CHILD_TIMEOUT=100,
                   BENCH_SET="data.num_centers=12;data.total_stays=1800;learner.hidden=8,4",  # a tiny federation
                   STEP_SEEDS=200, STEP_ENGINE=110, STEP_CENTERS=80,  # 45 + 200 + 110 + 80 + 15 > 360: the deadline cuts
-                  # (the boxes leave 2-7x headroom over this CPU's 52 / 18 / 11 s on the tiny federation, for a slower CI)
+                  # (boxes: 2-7x this CPU's 52 / 18 / 11 s on the tiny federation, for a slower CI machine)
                   STEP_TABLE1=1,  # shrunk: under MIN_STEP_S, so skipped
                   FMNIST_PATH=tmp_path / "no-fmnist",  # images: no files, a recorded skip
                   BENCH_COMPILE_CACHE=tmp_path / "xla")  # the engine's and the centers' FedAvg load the seeds' program

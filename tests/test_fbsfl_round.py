@@ -28,6 +28,7 @@ from fedjax_sim.engine.local import ClientContext, ClientData, make_client_updat
 from fedjax_sim.engine.simulate import make_simulation
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.tasks import task_for
+from tests.conftest import bucket_rows
 
 SIZES = (20, 5, 40, 9, 33, 12, 27, 14)  # train rows ≈ 80%: some above REPORT (drawn rows), some at or below (all)
 CLASSES, BATCH, EPOCHS, K, SLOTS, REPORT, ROUNDS = 3, 4, 2, 2, 2, 8, 18
@@ -51,16 +52,6 @@ def tiny_federation():
   data = LabeledData(x=x, y=y, num_classes=CLASSES, description="fabricated").validate()
   return from_partition(data, parts, [f"c{i}" for i in range(len(SIZES))], seed=5, split=(0.8, 0.1, 0.1),
                         batch_size=BATCH, num_buckets=2)
-
-
-def bucket_rows(fed) -> dict:
-  """Client → its unpadded train ``(x, y)`` read off the buckets (the order train_selected's rows have)."""
-  out = {}
-  for b in fed.buckets:
-    bx, by, bn = np.asarray(b.x), np.asarray(b.y), np.asarray(b.n)
-    for pos, i in enumerate(np.asarray(b.client_idx).tolist()):
-      out[i] = (bx[pos, :bn[pos]], by[pos, :bn[pos]])
-  return out
 
 
 def leaves64(tree):

@@ -36,6 +36,7 @@ from fedjax_sim.engine.simulate import evaluate
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.tasks import (accuracy_by_rows, accuracy_per_client, cross_entropy, learning_rate_at,
                               make_optimizer, reweighted_accuracy, task_for)
+from tests.conftest import bucket_rows
 
 # Clients in index order are not in size order; the 2-row client has no validation or test row (SPEC §4.5's
 # 80/10/10 needs 3), so its accuracy is undefined (NaN).
@@ -65,16 +66,6 @@ def fabricated_data(sizes=SIZES, seed=0):
 
 def row_ids(x) -> np.ndarray:
   return np.rint(np.asarray(x)[..., 0] * ID_SCALE).astype(np.int64)
-
-
-def bucket_rows(fed) -> dict:
-  """Client index → its unpadded train ``(x, y)`` read off the federation's buckets."""
-  out = {}
-  for b in fed.buckets:
-    bx, by, bn = np.asarray(b.x), np.asarray(b.y), np.asarray(b.n)
-    for pos, i in enumerate(np.asarray(b.client_idx).tolist()):
-      out[i] = (bx[pos, :bn[pos]], by[pos, :bn[pos]])
-  return out
 
 
 @dataclasses.dataclass(frozen=True)
