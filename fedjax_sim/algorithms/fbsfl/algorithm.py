@@ -314,7 +314,10 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
     info = ppo.LossInfo.zeros()
     if use_ppo:
       buffer = ppo.add(state.buffer, obs, logits, log_prob, value, reward)
-      leader, info = ppo.maybe_update(buffer.index, state.leader, buffer, observation(new_state, t + 1, rounds),
+      # The round index t, not the buffer's own count (equal: one transition per round): t is the same for every
+      # seed, so under the seeds' vmap lax.cond stays a branch and the update runs only every 16th round instead of
+      # both branches every round (a batched predicate turns cond into select).
+      leader, info = ppo.maybe_update(t, state.leader, buffer, observation(new_state, t + 1, rounds),
                                       keys.ppo, ppo_hyper(h, settings))
       new_state = new_state.replace(leader=leader, buffer=buffer)
 
