@@ -7,6 +7,9 @@
 * :mod:`.economics` — offers, participation EMA, q-fair weights and the leader reward (eqs. 7, 8, 10, 11, 13, 14)
 * :mod:`.ppo` — the PPO leader (Alg. 1; SPEC §4.2 steps 2 and 9)
 * :mod:`.algorithm` — the round (SPEC §4.2 steps 1–9) and the ``fbsfl`` method's declaration (``SPECS``)
+* :mod:`.selection` — the baselines' selection rules: uniform, Power-of-Choice, Oort (SPEC §4.3)
+* :mod:`.baselines` — FedAvg, FedProx, q-FFL, Power-of-Choice, Oort and Ditto behind the same strategic layer
+  (flat fee r̄ = 0.52, the same followers; issue 12 item 4)
 
-Issue 12's baselines behind the strategic layer (item 4), its tables and figures are not built yet.
+Not built yet: the ablation presets, the Table 2–6 experiments' reports and figures (issue 12 items 5–7).
 """
