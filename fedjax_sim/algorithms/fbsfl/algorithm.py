@@ -239,14 +239,6 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
         moments=E.moments_init(), proxy_loss=proxy_loss(params, federation).astype(jnp.float32),
         progress=jnp.zeros((), jnp.float32))
 
-  def respond(key, state, r, h):
-    """Step 5: every client's action as if offered r_i (the caller keeps the included ones), and EXP3's σ(a)."""
-    if settings.follower == "br":
-      return F.best_response(r, state.kappa), None
-    if settings.follower == "logit":
-      return F.logit_response(key, r, state.kappa, h.lam_obs), None
-    return F.exp3_respond(key, state.followers, h.exp3_gamma)
-
   def train_and_aggregate(keys: RoundKeys, w, federation, hyper, t, y):
     """Step 6: the S slots (participants first, fillers with no rows) train from w_{t−1}, each participant having
     reported F_i(w_{t−1}); w_t = w_{t−1} + Σ α_i Δw_i with the q-fair α (eqs. 6, 13; 0 for fillers and drops).
@@ -287,7 +279,8 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
     include = I.dependent_rounding if settings.rounding == "dependent" else I.independent_inclusion
     z = include(keys.inclusion, pi)
     # 5. responses; y = z · a (eq. 5)
-    accept, prob = respond(keys.response, state, r, h)
+    accept, prob = F.respond(settings.follower, keys.response, r, state.kappa, state.followers, h.lam_obs,
+                             h.exp3_gamma)
     y = z & accept
     # 6. only the participants train; q-fair aggregation (eqs. 6, 13)
     w_new, res, selected, trained, alpha = train_and_aggregate(keys, w, federation, hyper, t, y)

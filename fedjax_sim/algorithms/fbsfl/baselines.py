@@ -213,13 +213,6 @@ def strategic_baseline(name: str, model: Model, client_update, loss_fn, strategi
                          counts=jnp.zeros((n,), jnp.float32), proxy_loss=proxy_loss(params, federation),
                          selector=selection.init(n), personal=personal)
 
-  def respond(key, state, r, h):
-    if strategic.follower == "br":
-      return F.best_response(r, state.kappa), None
-    if strategic.follower == "logit":
-      return F.logit_response(key, r, state.kappa, h.lam_obs), None
-    return F.exp3_respond(key, state.followers, h.exp3_gamma)
-
   def round_fn(key, state, federation, hyper, t):
     h = hyper.method
     n = federation.num_clients
@@ -229,7 +222,8 @@ def strategic_baseline(name: str, model: Model, client_update, loss_fn, strategi
     z, pi, exploited = selection.include(keys.select, state.selector, w, federation, t)
     # 2. the flat fee and the followers' answers; y = z · a
     r = jnp.full((n,), FLAT_FEE, jnp.float32)
-    accept, prob = respond(keys.response, state, r, h)
+    accept, prob = F.respond(strategic.follower, keys.response, r, state.kappa, state.followers, h.lam_obs,
+                             h.exp3_gamma)
     y = z & accept
     # 3. only the participants train (FBS-FL's slots), having reported F_i(w_{t−1})
     selected, trained = A.participant_slots(y, slots)

@@ -77,6 +77,21 @@ def exp3_respond(key: jax.Array, state: Exp3State, gamma=0.1):
   return accept, jnp.where(accept, sigma[:, 1], sigma[:, 0])
 
 
+def respond(kind: str, key: jax.Array, r: jax.Array, kappa: jax.Array, exp3: Exp3State, lam_obs=5.0, gamma=0.1):
+  """Every client's action as if offered r_i (the caller keeps the included ones), by the follower model ``kind``
+  (static): ``br`` (eq. 15), ``logit`` (eq. 17) or ``exp3`` (Alg. 2; SPEC §4.2 step 5).
+
+  Returns:
+    ``(accept [N] bool, prob)``: ``prob`` is EXP3's probability of the action taken (its importance weight), None
+    for the other followers.
+  """
+  if kind == "br":
+    return best_response(r, kappa), None
+  if kind == "logit":
+    return logit_response(key, r, kappa, lam_obs), None
+  return exp3_respond(key, exp3, gamma)
+
+
 def exp3_reward(accept: jax.Array, r: jax.Array, kappa: jax.Array, r_max, kappa_max=1.0) -> jax.Array:
   """u_i = (u_raw + κ^(M)) / (r_max + κ^(M)), u_raw = r_i − κ_i if accepted else 0 (paper 002 eq. 9; Alg. 2
   lines 8–12; SPEC §4.2 step 5).
