@@ -121,9 +121,15 @@ _CORE_FIELDS = [
     ("learner", LearnerConfig, dataclasses.field(default=LearnerConfig())),
     ("participation", ParticipationConfig, dataclasses.field(default=ParticipationConfig())),
 ]
+def _report_field():
+  """``report``: "" (none) or a report some method family declares (``MethodSpec.reports``: paper 000's
+  ``table1``, paper 002's ``fbsfl_table2`` and ``fbsfl_ablations``, ...)."""
+  from fedjax_sim.algorithms.registry import reports
+  return ("report", str, setting("", one_of("", *sorted(reports()))))  # extra report written beside
+  # summary.json: its Markdown tables and PNG figures
+
+
 _TAIL_FIELDS = [
-    ("report", str, setting("", one_of("", "table1"))),  # extra report: "" (none) or "table1" (paper 000
-    # Table 1 + Figure 3 PNGs)
     ("reference_rounds", int, setting(0, described(at_least(0), "≥ 0 (0 = rounds)"))),  # R_ref of the
     # bandwidth ratio (SPEC §3.4), ≥ 0; 0 = the run's rounds
     ("overrides", tuple, dataclasses.field(default=())),  # the user's --set pairs, re-applied after each
@@ -135,7 +141,8 @@ def _experiment_class():
   """``ExperimentConfig``: the core fields, then one section per method family that declares one (issue 10)."""
   from fedjax_sim.algorithms.registry import sections
   method_sections = [(name, cls, dataclasses.field(default=cls())) for name, cls in sections().items()]
-  cls = dataclasses.make_dataclass("ExperimentConfig", _CORE_FIELDS + method_sections + _TAIL_FIELDS, frozen=True)
+  cls = dataclasses.make_dataclass("ExperimentConfig", _CORE_FIELDS + method_sections + [_report_field()] + _TAIL_FIELDS,
+                                   frozen=True)
   cls.__module__ = __name__
   cls.__doc__ = ("One experiment: which methods, how long, which seeds, on which data, and every method "
                  "family's section (``abps``, ``fedprox``, ...: declared by the family's module).")

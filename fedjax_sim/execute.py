@@ -17,7 +17,7 @@ import numpy as np
 
 from fedjax_sim import compile_cache, program_cache
 from fedjax_sim.algorithms.base import Algorithm
-from fedjax_sim.algorithms.registry import build_method, check_federation, hyper_from_config, preset
+from fedjax_sim.algorithms.registry import build_method, check_federation, hyper_from_config, preset, spec_of
 from fedjax_sim.build import seed_keys
 from fedjax_sim.checkpoint import RunCheckpoints
 from fedjax_sim.config import ExperimentConfig, config_for_method
@@ -219,7 +219,8 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
   if by_chunks:
     chunk = progress_chunk(static.rounds)
   task = task_for(static, federation)
-  parts = simulation_parts(algorithm, model, static.rounds, task.score, task.score_rows)
+  parts = simulation_parts(algorithm, model, static.rounds, task.score, task.score_rows,
+                           client_curves=spec_of(name).client_curves)
   program = Program(parts, hyper_batched=bool(options.sweep), placement=placement,
                     chunk=chunk, on_round=bar.on_round if bar and not by_chunks else None,
                     on_trace=lambda: traces.__setitem__("n", traces["n"] + 1))

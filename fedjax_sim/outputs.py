@@ -69,7 +69,8 @@ def results_table(summary: dict) -> str:
 def write_outputs(out_dir: pathlib.Path, summary: dict, per_seed: dict, report: str = "") -> None:
   """Writes everything to a temporary directory first, then moves it into place (no partial results).
 
-  With ``report = "table1"`` it also writes ``table1.md``, ``ranking.png`` and ``pareto.png``.
+  With a ``report`` (a name some method family declares, :func:`~fedjax_sim.algorithms.registry.reports`) it
+  also writes ``REPORT.md`` and the report's figures (``table1``: ``table1.md``, ``ranking.png``, ``pareto.png``).
   """
   out_dir.parent.mkdir(parents=True, exist_ok=True)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -81,10 +82,8 @@ def write_outputs(out_dir: pathlib.Path, summary: dict, per_seed: dict, report: 
         (tmp / method / f"{stem}.json").write_text(json.dumps(rec, indent=1, allow_nan=False))
     (tmp / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     extra = []
-    if report == "table1":
-      from fedjax_sim.report import plot_figures, table1_markdown
-      (tmp / "table1.md").write_text(table1_markdown(summary) + "\n")
-      extra = ["table1.md"] + [p.name for p in plot_figures(summary, tmp)]
+    if report:
+      extra = write_report(tmp, report, summary, per_seed)
     out_dir.mkdir(exist_ok=True)
     for name in extra:
       os.replace(tmp / name, out_dir / name)
@@ -95,6 +94,14 @@ def write_outputs(out_dir: pathlib.Path, summary: dict, per_seed: dict, report: 
     os.replace(tmp / "summary.json", out_dir / "summary.json")
   finally:
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_report(out_dir: pathlib.Path, report: str, summary: dict, per_seed: dict) -> list:
+  """Writes report ``report``'s ``REPORT.md`` and figures into ``out_dir``; returns their file names."""
+  from fedjax_sim.algorithms.registry import reports
+  text, files = reports()[report](summary, per_seed, out_dir)
+  (out_dir / f"{report}.md").write_text(text + "\n")
+  return [f"{report}.md"] + [pathlib.Path(p).name for p in files]
 
 
 def _json_safe(obj):

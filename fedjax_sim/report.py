@@ -154,8 +154,102 @@ def plot_figures(summary: dict, out_dir: pathlib.Path) -> list:
   return [ranking, _save(plt, fig, out_dir / "pareto.png")]
 
 
+def table1_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tuple:
+  """``report = "table1"``: paper 000 Table 1 as Markdown and Figure 3's ranking and Pareto PNGs."""
+  del per_seed
+  return table1_markdown(summary), plot_figures(summary, out_dir)
+
+
 def _save(plt, fig, path: pathlib.Path) -> pathlib.Path:
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
   return path
+
+
+# --- python -m fedjax_sim.report OUT --report NAME ------------------------------------------------------------
+
+
+def load_outputs(out_dir: pathlib.Path) -> tuple:
+  """``(summary, per_seed)`` of a finished run: ``summary.json`` and every method's ``seed_*.json`` records, in
+  the summary's seed order.
+
+  Raises:
+    FileNotFoundError: naming what is missing.
+  """
+  import json
+  path = out_dir / "summary.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path} does not exist; pass the --out folder of a finished run")
+  summary = json.loads(path.read_text())
+  per_seed = {}
+  for method, entry in summary.get("methods", {}).items():
+    records = []
+    for rec in entry.get("per_seed", []):
+      stem = f"seed_{rec['seed']}" + (f"_point_{rec['grid_point']}" if "grid_point" in rec else "")
+      f = out_dir / method / f"{stem}.json"
+      records.append(json.loads(f.read_text()) if f.is_file() else rec)
+    per_seed[method] = records
+  return summary, per_seed
+
+
+def merge_outputs(runs) -> tuple:
+  """One ``(summary, per_seed)`` from several finished runs of the same federation and seeds (e.g. the ablation
+  presets run apart from the Table 2 rows): the first run's summary, with every later run's methods that it does
+  not hold added in their order.
+
+  Raises:
+    ValueError: when the runs differ in seeds or federation (their rows would not be comparable).
+  """
+  summary, per_seed = runs[0]
+  summary = dict(summary, methods=dict(summary["methods"]))
+  per_seed = dict(per_seed)
+  same = lambda s: (s.get("config", {}).get("seeds"), s.get("federation", {}).get("clients"),  # noqa: E731
+                    s.get("federation", {}).get("train_rows"), s.get("config", {}).get("data"))
+  for i, (other, records) in enumerate(runs[1:], start=2):
+    if same(other) != same(summary):
+      raise ValueError(f"run {i} has other seeds, data or federation than run 1 (seeds {same(other)[0]} vs "
+                       f"{same(summary)[0]}); a report compares rows of one federation")
+    for name, entry in other["methods"].items():
+      if name not in summary["methods"]:
+        summary["methods"][name] = entry
+        per_seed[name] = records[name]
+  return summary, per_seed
+
+
+def main(argv=None) -> int:
+  """Re-renders a report of finished runs from their outputs (no simulation): ``REPORT.md`` and its figures are
+  written into the (first) run's folder, or ``--into``, and the Markdown printed."""
+  import argparse
+  import sys
+
+  from fedjax_sim.algorithms.registry import reports
+  from fedjax_sim.outputs import write_report
+  choices = sorted(reports())
+  parser = argparse.ArgumentParser(prog="python -m fedjax_sim.report",
+                                   description="Write a paper's tables and figures from a finished run's outputs.")
+  parser.add_argument("out", nargs="+", help="the run's output folder (its --out); several runs of one federation "
+                      "and seeds are merged, the first one's rows first")
+  parser.add_argument("--report", default="", help=f"one of: {', '.join(choices)} (default: the run's config)")
+  parser.add_argument("--into", default="", help="where to write (default: the first run's folder)")
+  args = parser.parse_args(argv)
+  out_dir = pathlib.Path(args.into or args.out[0])
+  try:
+    summary, per_seed = merge_outputs([load_outputs(pathlib.Path(p)) for p in args.out])
+    out_dir.mkdir(parents=True, exist_ok=True)
+  except (OSError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  name = args.report or summary.get("config", {}).get("report", "")
+  if name not in choices:
+    what = f"unknown report {name!r}" if name else "the run's config names no report"
+    print(f"error: {what}; pass --report with one of: {', '.join(choices)}", file=sys.stderr)
+    return 2
+  files = write_report(out_dir, name, summary, per_seed)
+  print((out_dir / f"{name}.md").read_text().rstrip())
+  print(f"[fedjax_sim] wrote {', '.join(str(out_dir / f) for f in files)}", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())

@@ -233,9 +233,8 @@ def _summary(config, sweep, federation, methods: dict, metric: str, wall_s: floa
 
 
 def _print_results(summary: dict, config, sweep, out_dir, log) -> None:
-  if config.report == "table1" and not sweep:
-    from fedjax_sim.report import table1_markdown
-    print(table1_markdown(summary))
+  if config.report and not sweep and (out_dir / f"{config.report}.md").exists():
+    print((out_dir / f"{config.report}.md").read_text().rstrip())
   else:
     print(results_table(summary))
     floor = summary["federation"].get("majority_rate")

@@ -153,6 +153,8 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
   rest = np.asarray(m.rest_fraction, np.float64)
   partners = np.asarray(m.mean_partners, np.float64)
   val_curve = np.asarray(out.history.val_auroc, np.float64)
+  val_clients = (None if getattr(out.history, "val_clients", None) is None else
+                 np.asarray(out.history.val_clients, np.float64))  # [S, R, C] (a method's client_curves)
   r_ref = reference_rounds(config, name)
   # The reference is fp32 FedAvg of the deterministic MLP, whatever this method's model is (BNN+FL: 2×).
   reference_model = build_model(config, federation)
@@ -175,6 +177,8 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
         "rounds_run": int(act.sum()),
         f"val_{metric}_curve": [float(v) for v in val_curve[s]],
         f"test_{metric}_per_center": [None if np.isnan(v) else float(v) for v in test[s]],
+        **({} if val_clients is None else
+           {f"val_{metric}_clients": [[None if np.isnan(v) else float(v) for v in row] for row in val_clients[s]]}),
     })
   scores = np.array([r[metric] for r in per_seed])
   split = scored_centers_report(federation, test)
@@ -199,7 +203,8 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
       "excluded_centers": int(max(r["excluded_centers"] for r in per_seed)),
       **split,
       "bandwidth_reference": {"rounds": r_ref, "bytes": ref, "params": p},
-      "per_seed": [{k: v for k, v in r.items() if k not in (f"val_{metric}_curve", f"test_{metric}_per_center")}
+      "per_seed": [{k: v for k, v in r.items()
+                    if k not in (f"val_{metric}_curve", f"test_{metric}_per_center", f"val_{metric}_clients")}
                    for r in per_seed],
   }
   return summary, per_seed

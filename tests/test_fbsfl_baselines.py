@@ -237,7 +237,8 @@ def runs():
     algorithm, model = registry.build_method(name, CONFIG, host)
     fed = algorithm.prepare(host)
     hyper = registry.hyper_from_config(CONFIG, name)
-    simulate = jax.jit(make_simulation(algorithm, model, ROUNDS, task_for(CONFIG, host).score))
+    simulate = jax.jit(make_simulation(algorithm, model, ROUNDS, task_for(CONFIG, host).score,
+                                       client_curves=registry.spec_of(name).client_curves))
     init = jax.jit(algorithm.init)(jax.random.split(jax.random.key(3))[0], fed, hyper)  # the simulation's init key
     out[name] = dict(algorithm=algorithm, model=model, fed=fed, hyper=hyper, init=init,
                      result=jax.device_get(simulate(jax.random.key(3), fed, hyper)))
@@ -254,6 +255,9 @@ def test_every_baseline_runs_behind_the_strategic_layer(runs, name):
   np.testing.assert_allclose(np.asarray(e["expenditure"]), BL.FLAT_FEE * y.sum(1), rtol=1e-6)  # the flat fee
   np.testing.assert_allclose(np.asarray(out.state.counts), y.sum(0))
   assert int(out.fault.round) == 0  # no non-finite loss or parameter
+  clients = np.asarray(out.history.val_clients)  # [R, C] per-client validation accuracy (the family's client_curves)
+  assert clients.shape == (ROUNDS, len(SIZES))
+  np.testing.assert_allclose(np.nanmean(clients, axis=1), np.asarray(out.history.val_auroc), rtol=1e-6)
   assert np.all(np.isfinite(np.asarray(out.test_auroc)[~np.isnan(np.asarray(out.test_auroc))]))
   if name in ("fbsfl_poc", "fbsfl_oort"):
     assert np.all(z.sum(1) == K) and np.all(np.asarray(e["dropped"]) == 0)  # exactly K, S = K: no drops
@@ -276,10 +280,25 @@ def test_every_baseline_runs_behind_the_strategic_layer(runs, name):
       assert np.abs(v[~never] - np.asarray(w0)).max() > 1e-4  # participants' personal models moved
 
 
-@pytest.mark.parametrize("name", ["fbsfl_fedavg", "fbsfl_qffl"])
+def prox_term(weight: str):
+  """The test's own λ/2 ‖θ − θ_shared‖² (FedProx: μ, Li et al. 2020 eq. 2; Ditto: λ, Li et al. 2021 eq. 2), summed
+  over every leaf; nothing without a shared model."""
+  def term(t: LocalTerm):
+    if t.shared is None:
+      return jnp.zeros((), jnp.float32)
+    sq = sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree_util.tree_leaves(t.params),
+                                                     jax.tree_util.tree_leaves(t.shared)))
+    return 0.5 * getattr(t.hyper.method, weight) * sq
+  return term
+
+
+@pytest.mark.parametrize("name", ["fbsfl_fedavg", "fbsfl_qffl", "fbsfl_fedprox", "fbsfl_ditto"])
 def test_a_round_equals_a_plain_loop_over_its_participants(runs, name):
   """One round: the included set, the answers, each participant trained alone, then FedAvg's n-weighted mean or
-  q-FFL's step (Li et al.'s formula in float64, F_k on the reported rows, L = 1/lr of round 1)."""
+  q-FFL's step (Li et al.'s formula in float64, F_k on the reported rows, L = 1/lr of round 1). FedProx: each
+  participant trains with the test's own μ/2‖w − w_{t−1}‖² term (μ = 0.5 here), then the n-weighted mean. Ditto:
+  the global model as FedAvg (no term), and each participant's personalized model v_i (= w_0 at round 1) trained
+  with λ/2‖v − w_{t−1}‖² under the round's personal key; the others' v_i unchanged."""
   r = runs[name]
   algorithm, fed, hyper, state = r["algorithm"], r["fed"], r["hyper"], r["init"]
   n_clients = len(SIZES)
@@ -298,7 +317,9 @@ def test_a_round_equals_a_plain_loop_over_its_participants(runs, name):
   np.testing.assert_array_equal(np.asarray(m.extra["participation"]), y.astype(np.float32))
   host = tiny_federation()
   rows, n_train = bucket_rows(host), np.asarray(host.n_train)
-  client_update = jax.jit(make_client_update(task_for(CONFIG, host), batch_size=BATCH, epochs=EPOCHS))
+  task = task_for(CONFIG, host)
+  term = {"fbsfl_fedprox": prox_term("mu"), "fbsfl_ditto": prox_term("ditto_lambda")}.get(name)
+  client_update = jax.jit(make_client_update(task, batch_size=BATCH, epochs=EPOCHS, regularizer=term))
   pad = int(n_train.max())
   train_keys = jax.random.split(keys.train, n_clients)
   w0 = state.global_params
@@ -318,8 +339,16 @@ def test_a_round_equals_a_plain_loop_over_its_participants(runs, name):
     f = float(np.mean(np.log(np.exp(logits).sum(1)) - logits[np.arange(len(pos)), y_i[pos]])) + 1e-10
     x_pad = np.concatenate([x_i, np.zeros((pad - len(x_i),) + x_i.shape[1:], x_i.dtype)])
     y_pad = np.concatenate([y_i, np.zeros((pad - len(y_i),), y_i.dtype)])
-    res = client_update(train_keys[i], w0, ClientData(jnp.asarray(x_pad), jnp.asarray(y_pad), jnp.int32(len(x_i))),
-                        ClientContext(shared=w0, hyper=hyper, t=jnp.int32(1)))
+    data_i = ClientData(jnp.asarray(x_pad), jnp.asarray(y_pad), jnp.int32(len(x_i)))
+    res = client_update(train_keys[i], w0, data_i,
+                        ClientContext(shared=None if name == "fbsfl_ditto" else w0, hyper=hyper, t=jnp.int32(1)))
+    if name == "fbsfl_ditto":  # v_i from v_i^0 = w_0 toward w_0, under split(k_personal, N)[i]
+      mine = client_update(jax.random.split(keys.personal, n_clients)[i], w0, data_i,
+                           ClientContext(shared=w0, hyper=hyper, t=jnp.int32(1)))
+      for got, ref in zip(jax.tree_util.tree_leaves(new.personal), jax.tree_util.tree_leaves(mine.params)):
+        np.testing.assert_allclose(np.asarray(got)[i], np.asarray(ref), atol=2e-6)
+      assert any(np.abs(np.asarray(a) - np.asarray(b)).max() > 1e-6 for a, b in zip(  # not the global training
+          jax.tree_util.tree_leaves(mine.params), jax.tree_util.tree_leaves(res.params)))
     dw = [lip * (b - np.asarray(a, np.float64)) for b, a in zip(base, jax.tree_util.tree_leaves(res.params))]
     h += q * f ** (q - 1) * sum((d ** 2).sum() for d in dw) + lip * f ** q
     for j, a in enumerate(jax.tree_util.tree_leaves(res.params)):
@@ -331,3 +360,7 @@ def test_a_round_equals_a_plain_loop_over_its_participants(runs, name):
     want = [a / n_train[y].sum() for a in total]
   for got, ref in zip(jax.tree_util.tree_leaves(new.global_params), want):
     np.testing.assert_allclose(np.asarray(got), ref, atol=2e-6)
+  if name == "fbsfl_ditto":
+    for got, before in zip(jax.tree_util.tree_leaves(new.personal), jax.tree_util.tree_leaves(state.personal)):
+      np.testing.assert_array_equal(np.asarray(got)[~y], np.asarray(before)[~y])  # the others' v_i unchanged
+      assert np.abs(np.asarray(got)[y] - np.asarray(before)[y]).max() > 1e-4  # the participants' moved

@@ -322,6 +322,13 @@ def test_metrics_reducer_of_a_hand_made_history():
   assert out["ppo_updates"] == 1.0
   assert out["max_weight_mean"] == pytest.approx(0.85)  # rounds 1 and 2 aggregated; round 4 had no participant
   assert out["participation_jain"] == pytest.approx(16.0 / (3 * 6))  # counts (1, 1, 2): (Σc)² / (N Σc²)
+  # Round-by-round curves: counts (1,0,1), (1,1,1), (1,1,1) [round 3 did not run], (1,1,2).
+  assert out["accepted_curve"] == pytest.approx([2, 3, 3, 3]) and out["c_tot_curve"] == pytest.approx(
+      [1.0, 1.5, 1.5, 1.75])
+  assert out["jain_curve"] == pytest.approx([4 / 6, 1.0, 1.0, 16 / 18])
+  assert out["jain_curve"][-1] == pytest.approx(out["participation_jain"], rel=1e-6)
+  assert out["kl_curve"][0] == pytest.approx(np.log(3 / 2)) and out["kl_curve"][1] == pytest.approx(0.0, abs=1e-12)
+  assert out["kl_curve"][-1] == pytest.approx(out["participation_kl_uniform"], rel=1e-5)
   assert A.fbsfl_metrics({}, active) == {}
 
 

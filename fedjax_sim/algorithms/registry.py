@@ -60,6 +60,17 @@ def section_validators() -> dict:
   return {spec.section: spec.validate for spec in SPECS if spec.section and spec.validate is not None}
 
 
+def reports() -> dict:
+  """Report name → ``(summary, per_seed, out_dir) -> (markdown, [files])``, from every family's ``reports``."""
+  out = {}
+  for spec in SPECS:
+    for name, fn in spec.reports.items():
+      if out.get(name, fn) is not fn:
+        raise TypeError(f"report {name!r} is declared twice")
+      out[name] = fn
+  return out
+
+
 def sweepable_keys() -> tuple:
   """Every ``--sweep``-able key: the traced hyperparameters of every family (after the learner's)."""
   from fedjax_sim.engine.local import SWEEPABLE_LEARNER

@@ -99,6 +99,10 @@ class MethodSpec:
   # validation losses, early stopping on mean val AUROC): they refuse image and text data
   partial_participation: Any = False  # True (every method of the family) or a tuple of method names that can
   # train K < C clients per round (``participation.clients_per_round``); the others refuse it
+  client_curves: bool = False  # keep every client's validation score of every round ([R, C] in the history;
+  # per-seed records gain ``val_METRIC_clients``): for tables read at a matched round (paper 002 Table 6)
+  reports: Mapping[str, Callable] = dataclasses.field(default_factory=dict)  # report name → ``(summary, per_seed,
+  # out_dir) -> (markdown, [files])``: the family's paper tables and figures (an experiment's ``report = "..."``)
 
   def needs_binary(self, name: str) -> bool:
     """Whether method ``name`` runs only on the binary clinical task."""

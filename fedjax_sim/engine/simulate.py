@@ -40,6 +40,8 @@ class History:
 
   metrics: RoundMetrics  # bytes, train loss, rest fraction, E|P_i|, active, non-finite client
   val_auroc: jax.Array  # [R] mean validation AUROC over clients with both classes
+  val_clients: Any = None  # [R, C] each client's validation metric per round, when the method declares
+  # ``client_curves`` (paper 002 Table 6 reads worst client and σ at a matched round); None otherwise
 
 
 @struct.dataclass
@@ -95,10 +97,12 @@ def evaluate(model: Model, params, stacked: bool, x, y, m, score: Callable = bat
   return score(client_scores(model, params, stacked, x), y, m)
 
 
-def empty_history(metrics_shape, rounds: int) -> History:
-  """Zero buffers ``[R, ...]`` for every leaf of a round's metrics (their shapes from ``jax.eval_shape``)."""
+def empty_history(metrics_shape, rounds: int, num_clients: Optional[int] = None) -> History:
+  """Zero buffers ``[R, ...]`` for every leaf of a round's metrics (their shapes from ``jax.eval_shape``), and the
+  per-client validation curve ``[R, C]`` when ``num_clients`` is given."""
   buffers = jax.tree_util.tree_map(lambda s: jnp.zeros((rounds,) + tuple(s.shape), s.dtype), metrics_shape)
-  return History(metrics=buffers, val_auroc=jnp.zeros((rounds,), jnp.float32))
+  clients = None if num_clients is None else jnp.zeros((rounds, num_clients), jnp.float32)
+  return History(metrics=buffers, val_auroc=jnp.zeros((rounds,), jnp.float32), val_clients=clients)
 
 
 def _as_metrics(metrics: RoundMetrics) -> RoundMetrics:
@@ -124,9 +128,10 @@ class SimParts:
 
 
 def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc,
-                     score_rows: Optional[Callable] = None) -> SimParts:
+                     score_rows: Optional[Callable] = None, client_curves: bool = False) -> SimParts:
   """The pieces of one run of ``algorithm`` for ``rounds`` rounds (static: the history length), scored per client
-  by ``score`` (the task's: AUROC for the clinical task, accuracy for images and text)."""
+  by ``score`` (the task's: AUROC for the clinical task, accuracy for images and text); with ``client_curves`` the
+  history also keeps every client's validation score of every round (``History.val_clients``)."""
 
   # One jitted round, traced once: ``start`` shapes the history from it (``eval_shape``) and the scan's step calls
   # it with the same abstract arguments, which hits jit's trace cache instead of tracing the round again
@@ -139,14 +144,16 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Cal
     round_keys = jax.random.split(k_rounds, rounds)
     metrics_shape = jax.eval_shape(lambda s: _as_metrics(round_fn(round_keys[0], s, federation, hyper,
                                                                   jnp.asarray(1, jnp.int32))[1]), state)
-    return Carry(state=state, round_keys=round_keys, history=empty_history(metrics_shape, rounds),
+    clients = federation.num_clients if client_curves else None
+    return Carry(state=state, round_keys=round_keys, history=empty_history(metrics_shape, rounds, clients),
                  fault=Fault(round=jnp.asarray(0, jnp.int32), client=jnp.asarray(-1, jnp.int32)))
 
   def step(carry: Carry, federation: Federation, hyper, t):
     state, metrics = round_fn(carry.round_keys[t - 1], carry.state, federation, hyper, t)
     params, stacked = algorithm.deployed(state)
-    val = mean_defined(evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val,
-                                score, federation.val_rows, score_rows))[0]
+    val_c = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val, score,
+                     federation.val_rows, score_rows)
+    val = mean_defined(val_c)[0]
     # Non-finite loss or parameter: record the first round and client (SPEC §1, issue "numerical faults").
     bad_state, state_client = first_nonfinite_client(state, federation.num_clients)
     reported = jnp.asarray(metrics.nonfinite_client, jnp.int32)
@@ -160,7 +167,8 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Cal
     history = History(
         metrics=jax.tree_util.tree_map(lambda buf, v: buf.at[i].set(jnp.asarray(v, buf.dtype)), hist.metrics,
                                        _as_metrics(metrics)),
-        val_auroc=hist.val_auroc.at[i].set(val))
+        val_auroc=hist.val_auroc.at[i].set(val),
+        val_clients=None if hist.val_clients is None else hist.val_clients.at[i].set(val_c.astype(jnp.float32)))
     return Carry(state=state, round_keys=carry.round_keys, history=history, fault=fault), val
 
   def finish(carry: Carry, federation: Federation) -> Outcome:
@@ -174,15 +182,17 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Cal
   return SimParts(start=start, step=step, finish=finish, rounds=rounds)
 
 
-def make_simulation(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc):
+def make_simulation(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc,
+                    client_curves: bool = False):
   """Returns ``simulate(key, federation, hyper) -> Outcome`` for one run (pure, not yet jitted).
 
   Args:
     algorithm: the method, from :mod:`fedjax_sim.algorithms`.
     model: the evaluated model family (for validation/test scoring).
     rounds: number of rounds R (static: it fixes the scan length).
+    client_curves: also keep every client's validation score of every round (``History.val_clients [R, C]``).
   """
-  parts = simulation_parts(algorithm, model, rounds, score)
+  parts = simulation_parts(algorithm, model, rounds, score, client_curves=client_curves)
 
   def simulate(key: jax.Array, federation: Federation, hyper) -> Outcome:
     carry = parts.start(key, federation, hyper)

@@ -34,6 +34,7 @@ from fedjax_sim.engine.local import local_train
 from fedjax_sim.metrics import auroc, mean_defined, p2p_round_bytes
 from fedjax_sim.models import Model, param_template
 from fedjax_sim.models.mlp import head_mask, wire_format
+from fedjax_sim.report import table1_report
 from fedjax_sim.settings import at_least, one_of, positive, setting, within
 
 
@@ -324,4 +325,4 @@ PRESETS = {
 # κ sizes the partner slots and β > 0 builds the momentum stage: a sweep builds the program for the largest value.
 SPECS = (MethodSpec(methods=PRESETS, build=build, section="abps", settings=ABPSConfig, hyper=ABPSHyper,
                     static_max=("kappa", "momentum"), check_federation=check_federation, binary_only=True,
-                    validate=check_settings),)
+                    validate=check_settings, reports={"table1": table1_report}),)  # paper 000 Table 1, Fig. 3

@@ -70,6 +70,7 @@ from fedjax_sim.algorithms.fbsfl import followers as F
 from fedjax_sim.algorithms.fbsfl import inclusion as I
 from fedjax_sim.algorithms.fbsfl import ppo
 from fedjax_sim.algorithms.fbsfl.projection import capped_simplex_projection
+from fedjax_sim.algorithms.fbsfl.report import REPORTS
 from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
 from fedjax_sim.metrics import participation_fairness, star_round_bytes
 from fedjax_sim.models import Model, model_size
@@ -357,11 +358,41 @@ def round_metrics(res, selected, trained, alpha, *, y, z, accept, r, pi, kappa, 
       })
 
 
+def fairness_curves(extra: dict, active) -> dict:
+  """Round-by-round curves of one seed (paper 002 §4.3: "fairness and expenditure metrics are aggregated every 10
+  rounds and at the final round"; §4.5's matched comparison reads them at the round A(t) reaches A*).
+
+  With n_t = Σ_{s ≤ t} y_s the cumulative participation counts: Jain(n_t) and KL(ñ_t ‖ u) (the same statistics
+  as :func:`~fedjax_sim.metrics.jain_index` and :func:`~fedjax_sim.metrics.kl_to_uniform`, which equal them at
+  the last round), the cumulative expenditure C(t) = Σ_{s ≤ t} Σ_i y_{s,i} r_{s,i} and the cumulative accepted
+  updates A(t) = Σ_{s ≤ t} |S_s|. Rounds that did not run (early stop) repeat the last value.
+
+  Returns:
+    ``{jain_curve, kl_curve, c_tot_curve, accepted_curve}``, each a list of R floats.
+  """
+  act = (np.asarray(active, np.float64) > 0).astype(np.float64)
+  y = np.asarray(extra["participation"], np.float64) * act[:, None]
+  counts = np.cumsum(y, axis=0)  # [R, N]
+  n = counts.shape[1]
+  total = counts.sum(axis=1)
+  sq = (counts * counts).sum(axis=1)
+  jain = np.where(sq > 0, total ** 2 / (n * np.where(sq > 0, sq, 1.0)), 1.0)
+  share = counts / np.where(total > 0, total, 1.0)[:, None]
+  with np.errstate(divide="ignore", invalid="ignore"):
+    terms = np.where(share > 0, share * np.log(np.where(share > 0, share, 1.0) * n), 0.0)
+  kl = np.where(total > 0, np.maximum(terms.sum(axis=1), 0.0), 0.0)
+  spend = np.cumsum(np.asarray(extra["expenditure"], np.float64) * act)
+  accepted = np.cumsum(np.asarray(extra["participants"], np.float64) * act)
+  as_list = lambda v: [float(x) for x in v]  # noqa: E731
+  return {"jain_curve": as_list(jain), "kl_curve": as_list(kl), "c_tot_curve": as_list(spend),
+          "accepted_curve": as_list(accepted)}
+
+
 def fbsfl_metrics(extra: dict, active) -> dict:
   """Per-seed summary entries of an FBS-FL run (SPEC §4.4) from its ``[R, ...]`` history.
 
   Participation fairness of the cumulative y (Jain, KL to uniform, Gini, Lorenz:
-  :func:`~fedjax_sim.metrics.participation_fairness`); C_tot = Σ_t Σ_i y r; |I_t|'s mean, Pr(|I_t| > K), P95 and
+  :func:`~fedjax_sim.metrics.participation_fairness`) and its round-by-round curves (:func:`fairness_curves`); C_tot = Σ_t Σ_i y r; |I_t|'s mean, Pr(|I_t| > K), P95 and
   max; A(T) = Σ_t |S_t|; participants dropped for slots; MAE_μ at the last round (eq. 21); the disagreement with
   the best response and ε_BR (eq. 22), both over included offers; how many PPO updates ran; the mean over
   aggregating rounds of the largest q-fair weight (how close eq. 13 comes to taking one client's update).
@@ -375,6 +406,7 @@ def fbsfl_metrics(extra: dict, active) -> dict:
   last = np.flatnonzero(act)
   aggregated = (get("participants") - get("dropped")) > 0  # rounds whose step averaged at least one update
   out = participation_fairness(extra, active)
+  out.update(fairness_curves(extra, active))
   out.update({
       "c_tot": float(get("expenditure").sum()),
       "included_mean": float(sizes.mean()) if sizes.size else float("nan"),
@@ -522,8 +554,28 @@ def _build(ctx: BuildContext) -> Algorithm:
                proxy=proxy_indices(ctx.federation.m_val, settings.proxy_rows), name=ctx.name)
 
 
+PRESETS = {
+    "fbsfl": {},  # FBS-FL–EXP3, the main row of Table 2 (every [fbsfl] number at its paper default)
+    # Table 3: the follower models
+    "fbsfl_br": {"fbsfl.follower": "br"},  # best response (eq. 15)
+    "fbsfl_logit": {"fbsfl.follower": "logit"},  # logit response, λ_obs = 5 (eq. 17)
+    # Tables 4 and 6: the strict cap
+    "fbsfl_dependent": {"fbsfl.rounding": "dependent"},  # dependent rounding, |I_t| ≤ K (eq. 4)
+    # Table 5: one component at a time
+    "fbsfl_q0": {"fbsfl.q": 0.0},  # FedAvg weights in place of the q-fair ones (eq. 13 at q = 0)
+    "fbsfl_q4": {"fbsfl.q": 4.0},
+    "fbsfl_beta0": {"fbsfl.beta_max": 0.0},  # no participation regularizer in U_t (eq. 11)
+    "fbsfl_beta2": {"fbsfl.beta_max": 2.0},
+    "fbsfl_nobonus": {"fbsfl.b0": 0.0},  # no equity bonus in the offers (eq. 10)
+    "fbsfl_frozen": {"fbsfl.freeze_beliefs": True},  # beliefs fixed at μ_0
+    "fbsfl_uniform": {"fbsfl.selection": "uniform"},  # π = K/N in place of the PPO leader
+}
+"""FBS-FL and its ablations and variants (issue 12 item 5) as presets of one method family: the same code path with
+other ``[fbsfl]`` values (a user's ``--set`` still applies after the preset). The numeric ones (q, β_max, b_0) are
+traced, so ``--sweep fbsfl.q=0,2,4`` runs them in one compiled program instead."""
+
 SPECS = (
-    MethodSpec(methods={"fbsfl": {}}, build=_build, section="fbsfl", settings=FBSFLConfig, hyper=FBSFLHyper,
+    MethodSpec(methods=PRESETS, build=_build, section="fbsfl", settings=FBSFLConfig, hyper=FBSFLHyper,
                partial_participation=True, metrics=fbsfl_metrics, check_federation=check_federation,
-               validate=_validate),
+               validate=_validate, reports=REPORTS, client_curves=True),
 )
