@@ -1,7 +1,7 @@
 """The benchmarks of fedjax_sim, one entry point (issue 4, item 6; issue 11 items 4 and 5).
 
 Usage:
-  python benchmarks/bench.py --suite engine,seeds,centers,table1,images [--rounds R] [--rounds2 R2]
+  python benchmarks/bench.py --suite engine,seeds,centers,table1,images,fbsfl [--rounds R] [--rounds2 R2]
                              [--loop-rounds 2] [--seeds-list 1,5,20,100] [--centers 230,1000,10000,100000]
                              [--json OUT.json] [--deadline EPOCH_S] [--record] [--quick]
   python benchmarks/bench.py --record-from A.json,B.json  # append saved runs' rows to RESULTS.md; run nothing
@@ -47,6 +47,9 @@ images   FedAvg on Fashion-MNIST (issue 10; ``benchmarks/image_suite.py``): K = 
          against a full round (Dirichlet(0.1) and IID splits: the K-of-N cost ratio), and the engine against a
          per-client loop over the same K clients, timed in the same run. Needs the Fashion-MNIST files
          (``--fmnist-path``, else ``$FMNIST_PATH``, else Debian's folder); without them the suite records a skip.
+fbsfl    FBS-FL (issue 12; ``benchmarks/fbsfl_suite.py``): a round of the whole game (leader, followers, participants-
+         only training, q-fair aggregation, beliefs, PPO every 16 rounds) against a FedAvg round at the same K (target
+         ≤ 1.5×) and against its per-client loop, one seed, R = 16 rounds (``--rounds``); needs Fashion-MNIST.
 centers  FedAvg and ABPS (``abps_pq_k1_hom``: κ = 1, homogeneity goal filter, bf16 wire,
          1-layer head; ``abps.pool_size = 32`` above 1,000 centers) at 230, 1,000, 10,000 and
          100,000 centers (in ``--centers`` order). 230 is the default federation; from 1,000
@@ -670,6 +673,21 @@ def suite_images(args, rec: Recorder, cache: dict):
   print_images(out)
 
 
+def suite_fbsfl(args, rec: Recorder, cache: dict):
+  """FBS-FL (issue 12): a round of the whole game against a FedAvg round at the same K and against its per-client
+  loop, on the ``fbsfl`` federation; see ``benchmarks/fbsfl_suite.py``. Without the files: ``{"skipped": ...}``."""
+  import fbsfl_suite
+  folder = fmnist_folder(args)
+  if not any((pathlib.Path(folder) / f"train-images-idx3-ubyte{z}").is_file() for z in (".gz", "")):
+    rec.result["suites"]["fbsfl"] = {"skipped": f"no Fashion-MNIST files in {folder}"}
+    print(f"[fbsfl] skipped: no Fashion-MNIST files in {folder}", flush=True)
+    return
+  rounds = args.rounds or (2 if args.quick else 16)
+  out = fbsfl_suite.suite(rounds=rounds, loop_rounds=args.loop_rounds if args.quick else rounds, path=folder)
+  rec.result["suites"]["fbsfl"] = out
+  print_fbsfl(out)
+
+
 def suite_table1(args, rec: Recorder, cache: dict):
   """The ``table1`` experiment as the CLI runs it (``run_methods``: compiling ahead in worker threads),
   timed from the first compile to the last row's results: paper 000 Table 1's 20 rows × 5 seeds,
@@ -1030,6 +1048,19 @@ def print_images(out):
                f"({r['engine_speedup_over_loop']:.2f}× the engine)" if "loop_k" in r else ""), flush=True)
 
 
+def print_fbsfl(out):
+  if "skipped" in out:
+    print(f"\nfbsfl: skipped ({out['skipped']})\n")
+    return
+  f, fa, ref = out["fbsfl"], out["fbsfl_fedavg"], out["fedavg_k"]
+  print(f"fbsfl: {f['s_per_round']:.2f} s/round (compile {f['compile_s']:.1f} s, "
+        f"{f.get('accepted_per_round', float('nan')):.1f} accepted per round); FedAvg K = {out['clients_per_round']} "
+        f"{ref['s_per_round']:.2f} s/round (ratio {out['fbsfl_vs_fedavg']:.2f}×); FedAvg behind the strategic layer "
+        f"{fa['s_per_round']:.2f} s/round"
+        + (f"; per-client loop {out['loop']['s_per_round']:.2f} s/round "
+           f"({out['engine_speedup_over_loop']:.2f}× the engine)" if "loop" in out else ""), flush=True)
+
+
 def print_saved(result: dict, name: str = ""):
   dc = result.get("device_check") or {}
   if "machine" not in result:  # a device-script stub: a step skipped or cut before it wrote anything
@@ -1040,7 +1071,7 @@ def print_saved(result: dict, name: str = ""):
         + (f"; device_check: {dc.get('status')}" + (f" ({dc['detail']})" if dc.get("detail") else "") if dc else ""))
   suites = result.get("suites", {})
   for suite, show in (("seeds", print_seeds), ("engine", print_engine), ("centers", print_centers),
-                      ("table1", print_table1), ("images", print_images)):
+                      ("table1", print_table1), ("images", print_images), ("fbsfl", print_fbsfl)):
     if suite in suites:
       show(suites[suite])
 
@@ -1091,6 +1122,14 @@ SECTIONS = {
         "after client for K = 10 clients (compiles paid in a warm-up), timed in the same run.\n\n"
         "| date | machine | partition | rounds | K = 10 s / round | full round s / round | K-of-N ratio | loop s / round | engine speed-up over loop |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"),
+    "fbsfl": (
+        "## FBS-FL: a round of the game vs a FedAvg round at the same K, and vs its per-client loop (`python benchmarks/bench.py --suite fbsfl --record`)",
+        "The `fbsfl` federation (Fashion-MNIST, Dirichlet(0.1), N = 100, K = 10, LeNet, SGD, batch 32, E = 2), one seed,\n"
+        "R rounds in one compiled call (R ≥ 16 includes a PPO update). Target (issue 12): FBS-FL ≤ 1.5× a FedAvg round at\n"
+        "the same K. `fbsfl_fedavg` is FedAvg behind the same strategic layer (fewer clients accept). The loop is the same\n"
+        "round from the package's jitted pieces with a Python loop over participants (`benchmarks/fbsfl_suite.py`).\n\n"
+        "| date | machine | rounds | FBS-FL compile s | FBS-FL s / round | accepted / round | FedAvg K s / round | ratio | fbsfl_fedavg s / round | loop s / round | engine speed-up over loop |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"),
 }
 # The engine section is the former bench_fedavg.py section: its heading is recognized and renamed.
 OLD_ENGINE_HEADING = "## FedAvg on the 230-center clinical federation"
@@ -1170,6 +1209,15 @@ def result_rows(result: dict) -> dict:
             f"{r['engine_full']['s_per_round']:.2f} | {r['k_of_n_ratio']:.3f} | "
             f"{format(lp['s_per_round'], '.2f') if lp else '—'} | "
             f"{(format(r['engine_speedup_over_loop'], '.2f') + '×') if lp else '—'} |")
+  fb = result["suites"].get("fbsfl")
+  if fb and "skipped" not in fb:
+    lp = fb.get("loop")
+    rows["fbsfl"] = [
+        f"| {date} | {mach} | {fb['rounds']} | {fb['fbsfl']['compile_s']:.1f} | {fb['fbsfl']['s_per_round']:.2f} | "
+        f"{fb['fbsfl'].get('accepted_per_round', float('nan')):.1f} | {fb['fedavg_k']['s_per_round']:.2f} | "
+        f"{fb['fbsfl_vs_fedavg']:.2f}× | {fb['fbsfl_fedavg']['s_per_round']:.2f} | "
+        f"{format(lp['s_per_round'], '.2f') if lp else '—'} | "
+        f"{(format(fb['engine_speedup_over_loop'], '.2f') + '×') if lp else '—'} |"]
   t1 = result["suites"].get("table1")
   if t1:
     ok = {m: e for m, e in t1["methods"].items() if "run_s" in e}
@@ -1232,7 +1280,7 @@ def parse_list(s: str):
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--suite", default="engine,seeds,centers",
-                 help="comma-separated: engine, seeds, centers, table1, images")
+                 help="comma-separated: engine, seeds, centers, table1, images, fbsfl")
   p.add_argument("--fmnist-path", default="", help="images suite: the Fashion-MNIST folder (default Debian's)")
   p.add_argument("--rounds", type=int, default=None,
                  help="rounds of every engine call (default: seeds 100, engine 20, centers 5; --quick: 2)")
@@ -1283,9 +1331,9 @@ def main(argv=None):
     return None
 
   suites = [s.strip() for s in args.suite.split(",") if s.strip()]
-  bad = [s for s in suites if s not in ("engine", "seeds", "centers", "table1", "images")]
+  bad = [s for s in suites if s not in ("engine", "seeds", "centers", "table1", "images", "fbsfl")]
   if bad:
-    p.error(f"unknown suite(s) {', '.join(bad)}; choose from engine, seeds, centers, table1, images")
+    p.error(f"unknown suite(s) {', '.join(bad)}; choose from engine, seeds, centers, table1, images, fbsfl")
   q = args.quick
   args.rounds_seeds = args.rounds or (2 if q else 100)
   if args.rounds2 is None:
@@ -1310,11 +1358,11 @@ def main(argv=None):
   print(f"machine: {rec.result['machine']}; jax {jax.__version__}; suites: {', '.join(suites)}", flush=True)
   cache = {}
   # Seeds first: on an accelerator it is the acceptance figure; centers last (children, largest last).
-  for suite in ("seeds", "engine", "centers", "table1", "images"):
+  for suite in ("seeds", "engine", "centers", "table1", "images", "fbsfl"):
     if suite in suites:
       t0 = time.perf_counter()
       {"seeds": suite_seeds, "engine": suite_engine, "centers": suite_centers,
-       "table1": suite_table1, "images": suite_images}[suite](args, rec, cache)
+       "table1": suite_table1, "images": suite_images, "fbsfl": suite_fbsfl}[suite](args, rec, cache)
       rec.result["suites"][suite].setdefault("wall_s", time.perf_counter() - t0)  # table1 times its own
       rec.save()
   if "fed" in cache:

@@ -41,26 +41,30 @@
 #             TABLE1_SEEDS, TABLE1_ROUNDS, COMPILE_WORKERS narrow it.
 #   images  : FedAvg on Fashion-MNIST (K of N, engine vs JAX loop), IMAGES_ROUNDS rounds, only when the files
 #             are in $FMNIST_PATH (if set) or /usr/share/datasets/fashion-mnist; otherwise a recorded skip.
-#   FBS-FL and iPFL are not implemented in fedjax_sim yet, so they have no step; see the placeholder below.
+#   fbsfl   : FBS-FL on Fashion-MNIST (a round of the game vs a FedAvg round at the same K, vs its per-client
+#             loop), FBSFL_ROUNDS rounds (16: one PPO update), only when the Fashion-MNIST files are there.
+#   iPFL is not implemented in fedjax_sim yet, so it has no step; see the placeholder below.
 # Acceptance sizes run first so that a step cut by its box loses the extra sizes, not the acceptance figures;
 # the tables print sorted. In the seeds step peak memory is the process's peak so far.
 #
 # Two sessions: table1 does not fit in one session's device time beside the others, so
 #   session 1:  run(command="bash benchmarks/device_check.sh", timeout_s=460)                # env seeds engine centers
-#   session 2:  run(command="STEPS='table1 images' bash benchmarks/device_check.sh", timeout_s=460)
+#   session 2:  run(command="STEPS='table1 images fbsfl' bash benchmarks/device_check.sh", timeout_s=460)
 # Recording, back home (files_at: where the tool put $OUT's files):
 #   python benchmarks/bench.py --record-from <files_at>/seeds.json,<files_at>/engine.json,<files_at>/centers.json
-#   python benchmarks/bench.py --record-from <files_at>/table1.json,<files_at>/images.json
+#   python benchmarks/bench.py --record-from <files_at>/table1.json,<files_at>/images.json,<files_at>/fbsfl.json
 # (--print-from the same files prints the tables; for centers.json both merge the centers_<C>.json beside it.)
 #
 # Environment (defaults in brackets): OUT (required: output folder), PYTHON [python3: the image's, with JAX],
-# STEPS ["seeds engine centers"; any of seeds engine centers table1 images, run in the order given; env is
+# STEPS ["seeds engine centers"; any of seeds engine centers table1 images fbsfl, run in the order given; env is
 # always run first], BUDGET [400], RESERVE_S [15], MIN_STEP_S [15], STEP_ENV [45], STEP_SEEDS [110],
-# STEP_ENGINE [95], STEP_CENTERS [135], STEP_TABLE1 [250], STEP_IMAGES [90] (seconds), JAX_PLATFORMS [cuda],
+# STEP_ENGINE [95], STEP_CENTERS [135], STEP_TABLE1 [250], STEP_IMAGES [90], STEP_FBSFL [90] (seconds),
+# JAX_PLATFORMS [cuda],
 # DEVICE_CHECK_ALLOW_CPU [unset; 1: run on a non-GPU backend], ROUNDS [100], ROUNDS2 [ROUNDS/2],
 # LOOP_ROUNDS [2], SEEDS_LIST [1,100,5,20], ENGINE_METHODS [fedavg,abps_x], CENTERS [230,100000,1000,10000],
 # CENTERS_ROUNDS [5], CENTERS_METHODS [fedavg,abps_pq_k1_hom], CHILD_TIMEOUT [120], TABLE1_METHODS [all],
 # TABLE1_SEEDS [11,22,33,44,55], TABLE1_ROUNDS [the config's], COMPILE_WORKERS [bench.py's], IMAGES_ROUNDS [2],
+# FBSFL_ROUNDS [16],
 # FMNIST_PATH, BENCH_COMPILE_CACHE [unset: cold compiles; a folder: JAX's persistent cache, rehearsals only],
 # BENCH_SET [unset; "key=value;..." config overrides of every engine config, e.g. a rehearsal's tiny federation].
 # CPU rehearsal (what tests/test_device_check.py runs, tiny sizes):
@@ -83,6 +87,8 @@ STEP_ENGINE=${STEP_ENGINE:-95}
 STEP_CENTERS=${STEP_CENTERS:-135}
 STEP_TABLE1=${STEP_TABLE1:-250}
 STEP_IMAGES=${STEP_IMAGES:-90}
+STEP_FBSFL=${STEP_FBSFL:-90}
+FBSFL_ROUNDS=${FBSFL_ROUNDS:-16}
 STEPS=${STEPS:-seeds engine centers}
 ROUNDS=${ROUNDS:-100}
 ROUNDS2=${ROUNDS2:-}
@@ -97,8 +103,9 @@ TABLE1_SEEDS=${TABLE1_SEEDS:-11,22,33,44,55}
 IMAGES_ROUNDS=${IMAGES_ROUNDS:-2}
 FM=${FMNIST_PATH:-/usr/share/datasets/fashion-mnist}
 for s in $STEPS; do
-  case $s in env|seeds|engine|centers|table1|images) ;;
-    *) echo "device_check: unknown step '$s' in STEPS; choose from seeds, engine, centers, table1, images"; exit 2;;
+  case $s in env|seeds|engine|centers|table1|images|fbsfl) ;;
+    *) echo "device_check: unknown step '$s' in STEPS; choose from seeds, engine, centers, table1, images, fbsfl"
+       exit 2;;
   esac
 done
 mkdir -p "$OUT"
@@ -286,17 +293,22 @@ for s in $STEPS; do
         stamp "images: skipped (no Fashion-MNIST files in $FM; set FMNIST_PATH)"
         STEP_START=$(date +%s) note_step images skipped 0 0 0 "no Fashion-MNIST files in $FM"
       fi;;
+    fbsfl)
+      if [ -f "$FM/train-images-idx3-ubyte.gz" ] || [ -f "$FM/train-images-idx3-ubyte" ]; then
+        run_step fbsfl "$STEP_FBSFL" bench --suite fbsfl --rounds "$FBSFL_ROUNDS" --fmnist-path "$FM"
+      else
+        stamp "fbsfl: skipped (no Fashion-MNIST files in $FM; set FMNIST_PATH)"
+        STEP_START=$(date +%s) note_step fbsfl skipped 0 0 0 "no Fashion-MNIST files in $FM"
+      fi;;
   esac
 done
-# FBS-FL and iPFL (the image and text methods of SPEC §4-§5) do not exist in fedjax_sim yet: when they do, each
-# gets a bench.py suite and a step here, e.g.
-#   fbsfl) run_step fbsfl "$STEP_FBSFL" bench --suite fbsfl ...;;
+# iPFL (SPEC §5) does not exist in fedjax_sim yet: when it does, it gets a bench.py suite and a step here, e.g.
 #   ipfl)  run_step ipfl "$STEP_IPFL" bench --suite ipfl ...;;
 
 # --- summary: merge what killed centers children left, print every table --------------------------------------
 stamp "summary"
 files=""
-for f in seeds engine centers table1 images; do
+for f in seeds engine centers table1 images fbsfl; do
   [ -s "$OUT/$f.json" ] && files="$files${files:+,}$OUT/$f.json"
 done
 left=$(( DEADLINE - $(date +%s) ))

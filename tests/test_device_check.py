@@ -56,14 +56,14 @@ def test_cpu_rehearsal_keeps_every_step_within_the_deadline(tmp_path):
   files kept), the overall deadline respected, the new figures present (extra-round cost, the PyTorch loop, the
   centers child's own file)."""
   out, budget = tmp_path / "out", 360
-  settings = dict(DEVICE_CHECK_ALLOW_CPU=1, BUDGET=budget, STEPS="seeds engine centers table1 images",
+  settings = dict(DEVICE_CHECK_ALLOW_CPU=1, BUDGET=budget, STEPS="seeds engine centers table1 images fbsfl",
                   ROUNDS=1, ROUNDS2=2, SEEDS_LIST="1,2", LOOP_ROUNDS=1, ENGINE_METHODS="fedavg",
                   CENTERS=12, CENTERS_ROUNDS=1, CENTERS_METHODS="fedavg", CHILD_TIMEOUT=100,
                   BENCH_SET="data.num_centers=12;data.total_stays=1800;learner.hidden=8,4",  # a tiny federation
                   STEP_SEEDS=200, STEP_ENGINE=110, STEP_CENTERS=80,  # 45 + 200 + 110 + 80 + 15 > 360: the deadline cuts
                   # (boxes: 2-7x this CPU's 52 / 18 / 11 s on the tiny federation, for a slower CI machine)
                   STEP_TABLE1=1,  # shrunk: under MIN_STEP_S, so skipped
-                  FMNIST_PATH=tmp_path / "no-fmnist",  # images: no files, a recorded skip
+                  FMNIST_PATH=tmp_path / "no-fmnist",  # images and fbsfl: no files, recorded skips
                   BENCH_COMPILE_CACHE=tmp_path / "xla")  # the engine's and the centers' FedAvg load the seeds' program
   t0 = time.monotonic()
   proc = subprocess.run(["bash", str(SCRIPT)], env=_env(out, **settings), cwd=ROOT, capture_output=True, text=True,
@@ -77,16 +77,17 @@ def test_cpu_rehearsal_keeps_every_step_within_the_deadline(tmp_path):
   assert env["backend"] == "cpu" and env["modules"]["jax"] and env["modules"]["fedjax_sim"] and "torch" in env, env
   steps = _load(out / "steps.json")
   assert steps["budget_s"] == budget and list(steps["steps"]) == ["env", "seeds", "engine", "centers", "table1",
-                                                                   "images"], steps
+                                                                   "images", "fbsfl"], steps
   for name, e in steps["steps"].items():
     assert e["started_s"] + e["box_s"] <= budget - steps["reserve_s"] + 1, (name, e)  # every box ends in time
     if name != "env":
       assert _load(out / f"{name}.json")["device_check"] == e  # each step's JSON parses and carries its status
   status = {k: e["status"] for k, e in steps["steps"].items()}
   assert status == {"env": "ok", "seeds": "ok", "engine": "ok", "centers": "ok", "table1": "skipped",
-                    "images": "skipped"}, steps
+                    "images": "skipped", "fbsfl": "skipped"}, steps
   assert "MIN_STEP_S" in steps["steps"]["table1"]["detail"] and steps["steps"]["table1"]["box_s"] <= 1
   assert "no Fashion-MNIST files" in steps["steps"]["images"]["detail"]
+  assert "no Fashion-MNIST files" in steps["steps"]["fbsfl"]["detail"]
 
   seeds = _load(out / "seeds.json")["suites"]["seeds"]
   assert [r["seeds"] for r in seeds["runs"]] == [1, 2] and seeds["rounds"] == 1 and seeds["rounds2"] == 2, seeds
