@@ -21,7 +21,7 @@ from fedjax_sim.algorithms.registry import build_method, check_federation, hyper
 from fedjax_sim.build import seed_keys
 from fedjax_sim.checkpoint import RunCheckpoints
 from fedjax_sim.config import ExperimentConfig, config_for_method
-from fedjax_sim.data.federation import Federation
+from fedjax_sim.data.federation import Federation, eval_plan
 from fedjax_sim.engine.placement import make_placement
 from fedjax_sim.engine.simulate import Program, simulation_parts
 from fedjax_sim.errors import NumericalFault
@@ -220,7 +220,8 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
     chunk = progress_chunk(static.rounds)
   task = task_for(static, federation)
   parts = simulation_parts(algorithm, model, static.rounds, task.score, task.score_rows,
-                           client_curves=spec_of(name).client_curves)
+                           client_curves=spec_of(name).client_curves,
+                           eval_plans=(eval_plan(federation.m_val), eval_plan(federation.m_test)))
   program = Program(parts, hyper_batched=bool(options.sweep), placement=placement,
                     chunk=chunk, on_round=bar.on_round if bar and not by_chunks else None,
                     on_trace=lambda: traces.__setitem__("n", traces["n"] + 1))

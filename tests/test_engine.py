@@ -103,3 +103,30 @@ def test_seeds_compile_once_and_second_call_does_not_retrace(setup):
   # Seeds differ from each other, and the learning rate changed the result.
   assert not np.allclose(np.asarray(a.history.metrics.train_loss[0]), np.asarray(a.history.metrics.train_loss[1]))
   assert not np.allclose(np.asarray(a.history.metrics.train_loss), np.asarray(c.history.metrics.train_loss))
+
+
+def test_per_client_models_scored_by_size_group_equal_the_padded_splits():
+  """Issue 11 item 3: stacked models scored group by group (eval_plan) give the padded evaluation's numbers, bit for
+  bit, for AUROC and accuracy, on ragged splits with a client without rows; each client in exactly one group."""
+  from fedjax_sim.data.federation import eval_plan
+  from fedjax_sim.engine.simulate import evaluate
+  from fedjax_sim.metrics import batched_accuracy, batched_auroc
+  from fedjax_sim.models import Model
+
+  rng = np.random.default_rng(3)
+  c, v, d, k = 9, 12, 3, 4
+  lengths = np.array([0, 1, 2, 12, 3, 7, 5, 12, 4])
+  m = np.arange(v)[None, :] < lengths[:, None]
+  x = rng.normal(size=(c, v, d)).astype(np.float32)
+  plan = eval_plan(m, num_buckets=3)
+  assert sorted(np.concatenate([g for g, _ in plan]).tolist()) == list(range(c)) and len(plan) <= 3
+  assert all(length == max(1, lengths[g].max()) for g, length in plan)
+  for out_dim, score, y in ((1, batched_auroc, rng.integers(0, 2, (c, v)).astype(np.float32)),
+                            (k, batched_accuracy, rng.integers(0, k, (c, v)).astype(np.int32))):
+    w = jnp.asarray(rng.normal(size=(c, d, out_dim)).astype(np.float32))  # one linear model per client
+    model = Model(init=None, apply=lambda p, xb, train, key: ((xb @ p)[..., 0] if p.shape[-1] == 1 else xb @ p,
+                                                              None))
+    padded = evaluate(model, w, True, jnp.asarray(x), jnp.asarray(y), jnp.asarray(m), score)
+    grouped = evaluate(model, w, True, jnp.asarray(x), jnp.asarray(y), jnp.asarray(m), score, plan=plan)
+    np.testing.assert_array_equal(np.asarray(grouped), np.asarray(padded))
+    assert np.isnan(np.asarray(padded)).any() or score is batched_accuracy  # the empty client's AUROC is NaN

@@ -23,6 +23,7 @@ from fedjax_sim.algorithms.fbsfl import economics as E
 from fedjax_sim.algorithms.fbsfl import selection as S
 from fedjax_sim.algorithms.spec import Hyper
 from fedjax_sim.config import ExperimentConfig, LearnerConfig, ParticipationConfig, apply_overrides, load_experiment
+from fedjax_sim.data.federation import eval_plan
 from fedjax_sim.engine.local import ClientContext, ClientData, LocalTerm, make_client_update
 from fedjax_sim.engine.simulate import make_simulation
 from fedjax_sim.errors import ConfigError
@@ -238,7 +239,8 @@ def runs():
     fed = algorithm.prepare(host)
     hyper = registry.hyper_from_config(CONFIG, name)
     simulate = jax.jit(make_simulation(algorithm, model, ROUNDS, task_for(CONFIG, host).score,
-                                       client_curves=registry.spec_of(name).client_curves))
+                                       client_curves=registry.spec_of(name).client_curves,
+                                       eval_plans=(eval_plan(host.m_val), eval_plan(host.m_test))))
     init = jax.jit(algorithm.init)(jax.random.split(jax.random.key(3))[0], fed, hyper)  # the simulation's init key
     out[name] = dict(algorithm=algorithm, model=model, fed=fed, hyper=hyper, init=init,
                      result=jax.device_get(simulate(jax.random.key(3), fed, hyper)))

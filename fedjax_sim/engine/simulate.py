@@ -80,13 +80,24 @@ def client_scores(model: Model, params, stacked: bool, x: jax.Array) -> jax.Arra
 
 
 def evaluate(model: Model, params, stacked: bool, x, y, m, score: Callable = batched_auroc, rows=None,
-             score_rows: Optional[Callable] = None) -> jax.Array:
+             score_rows: Optional[Callable] = None, plan: Optional[tuple] = None) -> jax.Array:
   """Per-client metric ``[C]`` of the deployed model(s) on a padded split (the task's ``score``; default AUROC).
 
   A shared model (``stacked`` False) with the split's flat ``rows`` (:class:`~fedjax_sim.data.federation.EvalRows`)
   and a task that scores by rows is evaluated chunk by chunk over the real rows only: the same numbers, at a
-  cost of the rows rather than C × the longest split.
+  cost of the rows rather than C × the longest split. Per-client models (``stacked``) with a ``plan``
+  (:func:`~fedjax_sim.data.federation.eval_plan`, static) are scored group by group, each group's clients (and
+  their models) gathered and cut to the group's length: the same numbers (masked rows never count), at the cost of
+  the groups' padded rows (issue 11 item 3).
   """
+  if stacked and plan:
+    out = jnp.zeros((m.shape[0],), jnp.float32)
+    for clients, length in plan:
+      i = jnp.asarray(clients)
+      mine = jax.tree_util.tree_map(lambda a: a[i], params)
+      got = score(client_scores(model, mine, True, x[i, :length]), y[i, :length], m[i, :length])
+      out = out.at[i].set(got.astype(jnp.float32))
+    return out
   if not stacked and rows is not None and score_rows is not None:
     from fedjax_sim.data.federation import EVAL_CHUNK
     chunks = rows.x.shape[0] // EVAL_CHUNK
@@ -128,10 +139,14 @@ class SimParts:
 
 
 def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc,
-                     score_rows: Optional[Callable] = None, client_curves: bool = False) -> SimParts:
+                     score_rows: Optional[Callable] = None, client_curves: bool = False,
+                     eval_plans: tuple = (None, None)) -> SimParts:
   """The pieces of one run of ``algorithm`` for ``rounds`` rounds (static: the history length), scored per client
   by ``score`` (the task's: AUROC for the clinical task, accuracy for images and text); with ``client_curves`` the
-  history also keeps every client's validation score of every round (``History.val_clients``)."""
+  history also keeps every client's validation score of every round (``History.val_clients``). ``eval_plans``:
+  the validation and test splits' :func:`~fedjax_sim.data.federation.eval_plan` (host, static), for scoring
+  per-client models by size group; None scores them on the padded splits."""
+  val_plan, test_plan = eval_plans
 
   # One jitted round, traced once: ``start`` shapes the history from it (``eval_shape``) and the scan's step calls
   # it with the same abstract arguments, which hits jit's trace cache instead of tracing the round again
@@ -152,7 +167,7 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Cal
     state, metrics = round_fn(carry.round_keys[t - 1], carry.state, federation, hyper, t)
     params, stacked = algorithm.deployed(state)
     val_c = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val, score,
-                     federation.val_rows, score_rows)
+                     federation.val_rows, score_rows, val_plan)
     val = mean_defined(val_c)[0]
     # Non-finite loss or parameter: record the first round and client (SPEC §1, issue "numerical faults").
     bad_state, state_client = first_nonfinite_client(state, federation.num_clients)
@@ -174,16 +189,16 @@ def simulation_parts(algorithm: Algorithm, model: Model, rounds: int, score: Cal
   def finish(carry: Carry, federation: Federation) -> Outcome:
     params, stacked = algorithm.deployed(carry.state)
     test = evaluate(model, params, stacked, federation.x_test, federation.y_test, federation.m_test, score,
-                    federation.test_rows, score_rows)
+                    federation.test_rows, score_rows, test_plan)
     val = evaluate(model, params, stacked, federation.x_val, federation.y_val, federation.m_val, score,
-                   federation.val_rows, score_rows)
+                   federation.val_rows, score_rows, val_plan)
     return Outcome(state=carry.state, history=carry.history, test_auroc=test, val_auroc=val, fault=carry.fault)
 
   return SimParts(start=start, step=step, finish=finish, rounds=rounds)
 
 
 def make_simulation(algorithm: Algorithm, model: Model, rounds: int, score: Callable = batched_auroc,
-                    client_curves: bool = False):
+                    client_curves: bool = False, eval_plans: tuple = (None, None)):
   """Returns ``simulate(key, federation, hyper) -> Outcome`` for one run (pure, not yet jitted).
 
   Args:
@@ -191,8 +206,9 @@ def make_simulation(algorithm: Algorithm, model: Model, rounds: int, score: Call
     model: the evaluated model family (for validation/test scoring).
     rounds: number of rounds R (static: it fixes the scan length).
     client_curves: also keep every client's validation score of every round (``History.val_clients [R, C]``).
+    eval_plans: the validation and test splits' size groups for per-client models (:func:`simulation_parts`).
   """
-  parts = simulation_parts(algorithm, model, rounds, score, client_curves=client_curves)
+  parts = simulation_parts(algorithm, model, rounds, score, client_curves=client_curves, eval_plans=eval_plans)
 
   def simulate(key: jax.Array, federation: Federation, hyper) -> Outcome:
     carry = parts.start(key, federation, hyper)
