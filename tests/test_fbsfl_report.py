@@ -114,6 +114,15 @@ def test_matched_checkpoint_is_the_first_round_reaching_the_smallest_final_count
   assert rows["FBS-FL–EXP3, strict cap"][2] == "5 ± 0"
 
 
+def test_fairness_every_10_rounds_reads_the_curves_at_the_checkpoints():
+  summary, _ = run_outputs()
+  rows = R.checkpoints_markdown(summary, every=4).splitlines()
+  assert rows[0] == "| Method | quantity | t = 4 | t = 6 |"  # every 4 rounds and the last (R = 6)
+  jain = [r for r in rows if r.startswith("| FBS-FL–EXP3 | Jain |")][0]
+  want = np.linspace(0.5, 0.93, ROUNDS)  # both seeds' curve
+  assert jain == f"| FBS-FL–EXP3 | Jain | {want[3]:.2f} | {want[5]:.2f} |"
+
+
 def test_table5_payment_index_and_table4_sampling_follow_the_presets():
   summary, per_seed = run_outputs()
   rows = table_rows(R.table4_markdown(summary))

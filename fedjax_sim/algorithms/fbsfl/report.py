@@ -225,6 +225,26 @@ def claims_markdown(claims) -> str:
   return "\n".join(f"- {text}: **{mark[ok]}** ({numbers})" for text, ok, numbers in claims)
 
 
+# --- every 10 rounds -----------------------------------------------------------------------------------------
+
+
+def checkpoints_markdown(summary: dict, every: int = 10) -> str:
+  """Paper 002 §4.3's cadence: Jain and KL of the cumulative participation and the cumulative expenditure C(t) at
+  rounds every, 2·every, … and the last round (mean over seeds), one block of rows per Table 2 row."""
+  rows = [(n, label) for n, label, _ in TABLE2_ROWS if n in summary["methods"]]
+  recs = {n: summary["methods"][n]["per_seed"] for n, _ in rows}
+  if not rows or any("jain_curve" not in r[0] for r in recs.values()):
+    return "(no round-by-round curves in this run)"
+  rounds = len(recs[rows[0][0]][0]["jain_curve"])
+  marks = sorted(set(range(every, rounds + 1, every)) | {rounds})
+  avg = lambda n, key, t: float(np.mean([r[key][t - 1] for r in recs[n]]))  # noqa: E731
+  lines = ["| Method | quantity | " + " | ".join(f"t = {t}" for t in marks) + " |", "| --- " * (len(marks) + 2) + "|"]
+  for n, label in rows:
+    for key, name, digits in (("jain_curve", "Jain", 2), ("kl_curve", "KL", 2), ("c_tot_curve", "C(t)", 1)):
+      lines.append(f"| {label} | {name} | " + " | ".join(f"{avg(n, key, t):.{digits}f}" for t in marks) + " |")
+  return "\n".join(lines)
+
+
 # --- Table 4: inclusion sizes -------------------------------------------------------------------------------
 
 
@@ -450,7 +470,9 @@ def table2_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tuple
       "C_tot† with FedAvg = 100: FBS-FL's endogenous payments, the baselines' flat-fee charges (paper 002 §4.2). "
       + _seeds_note(summary),
       "### Issue 12's targets and Table 2's orderings", claims_markdown(table2_claims(summary)),
-      "## Paper 002 Table 4 (inclusion sizes)", table4_markdown(summary)])
+      "## Paper 002 Table 4 (inclusion sizes)", table4_markdown(summary),
+      "## Participation fairness and expenditure every 10 rounds (paper 002 §4.3; mean over seeds)",
+      checkpoints_markdown(summary)])
   names = [n for n, _, _ in TABLE2_ROWS]
   files = (plot_accuracy_curves(summary, per_seed, out_dir, names, "fig1_accuracy.png")
            + plot_lorenz(summary, out_dir, names))
