@@ -244,6 +244,8 @@ def main(argv=None) -> int:
   ap.add_argument("--every", type=int, default=10, help="evaluate every this many rounds")
   ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
   ap.add_argument("--json", default=None, help="write the curve here")
+  ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                  help="override a config field, as the CLI's --set (e.g. participation.clients_per_round=4)")
   ap.add_argument("--check-client", type=int, default=None, metavar="I",
                   help="compare one client's local training in fedjax_sim and PyTorch, then exit")
   ap.add_argument("--round", type=int, default=1, help="the round whose learning rate --check-client uses")
@@ -261,7 +263,8 @@ def main(argv=None) -> int:
     return 2
   from fedjax_sim.config import load_experiment
   from fedjax_sim.tasks import learning_rate_at
-  config = load_experiment(args.experiment)
+  overrides = dict(kv.split("=", 1) for kv in args.set)
+  config = load_experiment(args.experiment, overrides)
   lc, rounds = config.learner, args.rounds or config.rounds
   if lc.model != "lenet" or lc.optimizer != "sgd":
     print(f"error: the reference implements the lenet model with sgd; the config has {lc.model} / {lc.optimizer}",
