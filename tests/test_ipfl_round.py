@@ -1,0 +1,380 @@
+"""The iPFL round (fedjax_sim/algorithms/ipfl/algorithm.py; paper 003; SPEC §5; issue 13).
+
+The compiled round, run for 4 rounds on a tiny 5-client, 3-class federation (an MLP, 3 local steps of batch 4),
+must equal a plain Python loop over rounds and clients built from the same pieces and keys: each client trained
+alone with the same ``client_update`` and key (round 1 without the penalty, then with its own prox center), its
+accuracy, the distance, the Box 2 greedy loop, the remittances, payments, utilities and prox centers recomputed
+client by client in float64 numpy (the thresholds from :func:`market.thresholds`, the tested piece). The run has a
+liar (client 4 reports int(N·0.1) rows and twice its cost) and IR-strict drop-out: the liar's utility is negative
+in round 1, so it leaves and never trains, buys or sells again. Compiled programs are shared through a module-level
+fixture.
+"""
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_sim.algorithms import registry
+from fedjax_sim.algorithms.ipfl import algorithm as A
+from fedjax_sim.algorithms.ipfl import market as M
+from fedjax_sim.config import ExperimentConfig, LearnerConfig, apply_overrides, load_experiment, validate
+from fedjax_sim.data.datasets import LabeledData
+from fedjax_sim.data.labeled import from_partition
+from fedjax_sim.engine.local import ClientContext, ClientData
+from fedjax_sim.engine.simulate import make_simulation
+from fedjax_sim.errors import ConfigError
+from fedjax_sim.tasks import task_for
+from tests.conftest import with_method
+
+SIZES = (14, 9, 22, 11, 30)  # train rows 10, 7, 16, 7, 22 (70/15/15)
+CLASSES, BATCH, STEPS, ROUNDS, LIAR = 3, 4, 3, 4, 4
+LAM, ETA, K, COST = 0.5, 0.5, 1000.0, 1.0
+
+CONFIG = apply_overrides(ExperimentConfig(
+    rounds=ROUNDS,
+    learner=LearnerConfig(hidden=(8,), dropout=0.2, optimizer="sgd", learning_rate=0.05, momentum=0.9,
+                          weight_decay=1e-5, batch_size=BATCH, local_steps=STEPS, num_buckets=2)),
+    {"methods": "ipfl", "ipfl.lam": LAM, "ipfl.eta": ETA, "ipfl.gain_scale": K, "ipfl.cost": COST,
+     "ipfl.liar": LIAR, "ipfl.liar_size_ratio": 0.1, "ipfl.liar_cost_ratio": 2.0, "ipfl.dropout": "strict"})
+
+
+def labeled():
+  rng = np.random.default_rng(0)
+  n = sum(SIZES)
+  x = rng.normal(size=(n, 6)).astype(np.float32)
+  y = rng.integers(0, CLASSES, n).astype(np.int32)
+  x[np.arange(n), y] += 1.5  # a learnable signal
+  parts = np.split(rng.permutation(n), np.cumsum(SIZES)[:-1])
+  return LabeledData(x=x, y=y, num_classes=CLASSES, description="fabricated").validate(), parts
+
+
+def tiny_federation(shared_test=None):
+  data, parts = labeled()
+  return from_partition(data, parts, [f"c{i}" for i in range(len(SIZES))], seed=5, split=(0.7, 0.15, 0.15),
+                        batch_size=BATCH, num_buckets=2, shared_test=shared_test)
+
+
+def leaves64(tree):
+  return [np.asarray(a, np.float64) for a in jax.tree_util.tree_leaves(tree)]
+
+
+def flat64(tree) -> np.ndarray:
+  return np.concatenate([a.ravel() for a in leaves64(tree)])
+
+
+def client_rows(fed) -> dict:
+  """Client index → its bucket's padded train rows ``(x, y, n)`` (exactly what the compiled round trains on)."""
+  out = {}
+  for b in fed.buckets:
+    for pos, i in enumerate(np.asarray(b.client_idx).tolist()):
+      out[i] = (b.x[pos], b.y[pos], b.n[pos])
+  return out
+
+
+# --- the compiled round, 4 rounds -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def main_run():
+  """The registry's ipfl on the tiny federation: the round jitted under a trace guard, run for 4 rounds."""
+  host = tiny_federation()
+  algorithm, model = registry.build_method("ipfl", CONFIG, host)
+  fed = algorithm.prepare(host)
+  hyper = registry.hyper_from_config(CONFIG, "ipfl")
+  init_key = jax.random.key(0)
+  state = jax.jit(algorithm.init)(init_key, fed, hyper)
+  round_jit = jax.jit(chex.assert_max_traces(algorithm.round, n=1))
+  keys = jax.random.split(jax.random.key(5), ROUNDS)
+  states, metrics = [state], []
+  for t in range(1, ROUNDS + 1):
+    state, m = round_jit(keys[t - 1], state, fed, hyper, jnp.asarray(t, jnp.int32))
+    states.append(state)
+    metrics.append(jax.device_get(m))
+  return dict(algorithm=algorithm, host=host, fed=fed, model=model, hyper=hyper, init_key=init_key, keys=keys,
+              states=states, metrics=metrics, round_jit=round_jit)
+
+
+# --- the plain Python reference -------------------------------------------------------------------------------
+
+
+def greedy_row(t_row: np.ndarray, n: np.ndarray, i: int) -> list:
+  """Box 2's greedy loop for buyer i: sellers by decreasing T (ties: lower index), buy j while n + N_j < T_ij."""
+  order = sorted((j for j in range(len(n)) if j != i), key=lambda j: (-t_row[j], j))
+  total, bought = n[i], []
+  for j in order:
+    if not total + n[j] < t_row[j]:
+      break
+    bought.append(j)
+    total += n[j]
+  return bought
+
+
+def reference_run(r):
+  """Rounds 1..4 as a Python loop over rounds and clients, from the pieces and the same keys (float64 numpy)."""
+  host, model, hyper = r["host"], r["model"], r["hyper"]
+  c = len(SIZES)
+  rows = client_rows(host)
+  task = task_for(CONFIG, host)
+  from fedjax_sim.engine.local import make_client_update
+  client_update = jax.jit(make_client_update(task, batch_size=BATCH, epochs=1, local_steps=STEPS,
+                                             regularizer=A.prox_regularizer))
+  forward = jax.jit(lambda p, x: model.apply(p, x, False, None)[0])
+  thresholds = jax.jit(lambda k, n, cc, d: M.thresholds(k, n, cc, d, LAM, iters=32))
+  n_real = np.asarray(host.n_train, np.float64)
+  n_rep = n_real.copy()
+  n_rep[LIAR] = max(1, int(n_real[LIAR] * 0.1))
+  c_rep = np.full(c, COST)
+  c_rep[LIAR] = 2.0 * COST  # reported c; the real one, COST, is in the utility
+  theta0 = jax.jit(model.init)(r["init_key"])
+  treedef = jax.tree_util.tree_structure(theta0)
+  shapes = [a.shape for a in jax.tree_util.tree_leaves(theta0)]
+  flat0 = flat64(theta0)
+
+  def unflat(v):
+    out, at = [], 0
+    for s in shapes:
+      size = int(np.prod(s))
+      out.append(jnp.asarray(v[at:at + size].reshape(s), jnp.float32))
+      at += size
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+  params = [theta0] * c
+  centers = [theta0] * c
+  active = np.ones(c, bool)
+  x_test, y_test, m_test = (np.asarray(a) for a in (host.x_test, host.y_test, host.m_test))
+  out = []
+  for t in range(1, ROUNDS + 1):
+    k_train, _ = jax.random.split(r["keys"][t - 1])
+    train_keys = jax.random.split(k_train, c)
+    losses = []
+    for i in range(c):  # each client alone; departed clients do not train
+      if not active[i]:
+        continue
+      x_i, y_i, n_i = rows[i]
+      own = {"center": centers[i], "weight": jnp.float32(t > 1)}
+      res = client_update(train_keys[i], params[i], ClientData(x_i, y_i, n_i),
+                          ClientContext(own=own, hyper=hyper, t=jnp.int32(t)))
+      params[i] = res.params
+      losses.append(float(res.loss))
+    acc = np.array([np.mean(np.argmax(np.asarray(forward(params[i], x_test[i][m_test[i]])), 1)
+                            == y_test[i][m_test[i]]) for i in range(c)])
+    # distance (eq. 2) over the whole flattened model
+    delta = np.stack([flat64(p) for p in params]) - flat0[None]
+    norm = np.linalg.norm(delta, axis=1)
+    unit = delta / norm[:, None]
+    cos = unit @ unit.T
+    d = np.clip(1 - cos, 0, 2)
+    np.fill_diagonal(d, 0.0)
+    # Box 2 on reported N and c; departed clients neither buy nor sell
+    kk = np.full(c, K)
+    tt = np.asarray(thresholds(jnp.asarray(kk, jnp.float32), jnp.asarray(n_rep, jnp.float32),
+                               jnp.asarray(c_rep, jnp.float32), jnp.asarray(d, jnp.float32)), np.float64)
+    tt[~active, :] = -np.inf
+    tt[:, ~active] = -np.inf
+    a = np.zeros((c, c))
+    for i in range(c):
+      for j in greedy_row(tt[i], n_rep, i):
+        a[i, j] = n_rep[j] / n_rep[i]
+    # remittances (eq. 12), payments (eq. 13), utilities (eq. 3, real N and c)
+    r_ij = np.zeros((c, c))
+    for i in range(c):
+      total = n_rep[i] + sum(n_rep[j] for j in range(c) if a[i, j] > 0)
+      for j in range(c):
+        if a[i, j] > 0:
+          marginal = np.sqrt(K / (total - n_rep[j])) - np.sqrt(K / total)
+          r_ij[i, j] = marginal - LAM * d[i, j] * n_rep[j] / n_rep[i]
+    p = r_ij.sum(1) - r_ij.sum(0)
+    u = np.zeros(c)
+    for i in range(c):
+      x = sum(n_real[j] for j in range(c) if a[i, j] > 0)
+      sold = sum(1 for j in range(c) if a[j, i] > 0)
+      u[i] = np.sqrt(K / n_real[i]) - np.sqrt(K / (n_real[i] + x)) - COST * sold - p[i]
+    # prox centers (eq. 8), departed clients keep theirs
+    for i in range(c):
+      if active[i]:
+        pull = sum(a[i, j] * (unit[j] - cos[i, j] * unit[i]) for j in range(c))
+        centers[i] = unflat(flat64(params[i]) + ETA * pull / norm[i])
+    was = active.copy()
+    active = active & ~(u < 0)  # IR-strict
+    out.append(dict(params=[leaves64(q) for q in params], centers=[leaves64(q) for q in centers], acc=acc, a=a,
+                    p=p, u=u, trained=was, active=active.copy(), loss=float(np.mean(losses))))
+  return out
+
+
+@pytest.fixture(scope="module")
+def reference(main_run):
+  return reference_run(main_run)
+
+
+def test_compiled_round_equals_a_python_loop_over_rounds_and_clients(main_run, reference):
+  states, metrics = main_run["states"], main_run["metrics"]
+  for t, (ref, m, state) in enumerate(zip(reference, metrics, states[1:]), start=1):
+    e = m.extra
+    np.testing.assert_array_equal(e["bought"], (ref["a"] > 0).sum(1), err_msg=f"round {t}")
+    np.testing.assert_array_equal(e["sold"], (ref["a"] > 0).sum(0), err_msg=f"round {t}")
+    np.testing.assert_array_equal(e["trained"], ref["trained"].astype(np.float32))
+    np.testing.assert_array_equal(e["active"], ref["active"].astype(np.float32))
+    np.testing.assert_allclose(e["accuracy"], ref["acc"], atol=1e-6, err_msg=f"round {t}")
+    np.testing.assert_allclose(e["payments"], ref["p"], rtol=1e-4, atol=1e-4, err_msg=f"round {t}")
+    np.testing.assert_allclose(e["utility"], ref["u"], rtol=1e-4, atol=1e-4, err_msg=f"round {t}")
+    assert float(e["welfare"]) == pytest.approx(ref["u"].sum(), rel=1e-4, abs=1e-4)
+    assert float(m.train_loss) == pytest.approx(ref["loss"], abs=1e-5)
+    for i in range(len(SIZES)):
+      for got, want in zip(leaves64(jax.tree_util.tree_map(lambda x: x[i], state.params)), ref["params"][i]):
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-6, err_msg=f"round {t} client {i}")
+      for got, want in zip(leaves64(jax.tree_util.tree_map(lambda x: x[i], state.center)), ref["centers"][i]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"round {t} client {i} center")
+    np.testing.assert_array_equal(np.asarray(state.active), ref["active"])
+  best = np.max([ref["acc"] for ref in reference], axis=0)  # the liar keeps its round-1 model, so its later
+  np.testing.assert_allclose(np.asarray(states[-1].best), best, atol=1e-6)  # accuracies repeat round 1's
+  # θ_0 is kept, never updated, and every client started from it (the reference's θ_0 is init's, jitted alone)
+  theta0 = leaves64(states[0].theta0)
+  for got, want, ref0 in zip(leaves64(states[-1].theta0), theta0,
+                             leaves64(jax.jit(main_run["model"].init)(main_run["init_key"]))):
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(want, ref0, rtol=0, atol=1e-7)
+  for i in range(len(SIZES)):
+    for got, want in zip(leaves64(jax.tree_util.tree_map(lambda x: x[i], states[0].params)), theta0):
+      np.testing.assert_array_equal(got, want)
+  # Guards: the market traded in every round, someone paid, the models moved, and the prox penalty acted.
+  assert all(r["a"].sum() > 0 for r in reference)
+  assert all(np.abs(r["p"]).max() > 0.1 for r in reference)
+  assert max(np.abs(a - b).max() for a, b in zip(leaves64(states[-1].params), leaves64(states[0].params))) > 1e-2
+  for s in states[1:-1]:  # every client in the market enters the next round with a penalty λ/(2η)‖θ − θ̄‖² > 0
+    gap = np.sqrt(sum(((a - b) ** 2).reshape(len(SIZES), -1).sum(1)
+                      for a, b in zip(leaves64(s.params), leaves64(s.center))))
+    assert np.all(gap[np.asarray(s.active)] > 1e-2), gap
+
+
+def test_a_second_call_does_not_retrace(main_run):
+  r = main_run
+  h2 = with_method(r["hyper"], lam=0.1, eta=2.0, gain_scale=50.0)
+  r["round_jit"](jax.random.key(9), r["states"][-1], r["fed"], h2, jnp.asarray(ROUNDS + 1, jnp.int32))
+
+
+def test_strict_dropout_removes_a_negative_utility_client_for_good(main_run):
+  states, metrics = main_run["states"], main_run["metrics"]
+  u1 = metrics[0].extra["utility"]
+  assert u1[LIAR] < 0 and np.all(np.delete(u1, LIAR) >= 0)  # the liar's round-1 utility is negative
+  for t, m in enumerate(metrics, start=1):
+    e = m.extra
+    assert e["active"][LIAR] == 0.0  # out after round 1's rule
+    assert e["trained"][LIAR] == float(t == 1)
+    if t > 1:  # never trains, buys or sells again; U = p = 0
+      assert e["bought"][LIAR] == 0 and e["sold"][LIAR] == 0
+      assert e["utility"][LIAR] == 0.0 and e["payments"][LIAR] == 0.0
+      assert np.all(np.delete(e["active"], LIAR) == 1.0)
+  liar_params = [leaves64(jax.tree_util.tree_map(lambda x: x[LIAR], s.params)) for s in states[1:]]
+  for later in liar_params[1:]:
+    for a, b in zip(later, liar_params[0]):
+      np.testing.assert_array_equal(a, b)
+  assert A.ipfl_metrics(jax.tree_util.tree_map(lambda *a: np.stack(a), *[m.extra for m in metrics]),
+                        np.ones(ROUNDS))["final_active"] == len(SIZES) - 1
+
+
+def test_reported_sizes_are_int_of_n_times_ratio():
+  np.testing.assert_array_equal(A.reported_sizes([10, 7, 30], 2, 0.1), [10, 7, 3])
+  np.testing.assert_array_equal(A.reported_sizes([10, 7, 30], 1, 10.0), [10, 70, 30])
+  np.testing.assert_array_equal(A.reported_sizes([10, 7, 30], 1, 0.1), [10, 1, 30])  # int(0.7) = 0 → 1
+  np.testing.assert_array_equal(A.reported_sizes([10, 7, 30], -1, 0.1), [10, 7, 30])
+
+
+# --- the shared test set, the platform's simulation, the other static branches -----------------------------------
+
+
+def test_shared_test_set_scores_reweighted_accuracy():
+  data, _ = labeled()
+  rng = np.random.default_rng(3)
+  shared = LabeledData(x=rng.normal(size=(12, 6)).astype(np.float32), y=rng.integers(0, CLASSES, 12).astype(np.int32),
+                       num_classes=CLASSES, description="shared").validate()
+  host = tiny_federation(shared_test=shared)
+  config = apply_overrides(CONFIG, {"ipfl.dropout": "none", "ipfl.liar": -1})
+  algorithm, model = registry.build_method("ipfl", config, host)
+  hyper = registry.hyper_from_config(config, "ipfl")
+  state = jax.jit(algorithm.init)(jax.random.key(0), host, hyper)
+  state, m = jax.jit(algorithm.round)(jax.random.key(1), state, host, hyper, jnp.int32(1))
+  st = host.shared_test
+  w = np.asarray(st.class_weights, np.float64)
+  want = []
+  for i in range(len(SIZES)):
+    pred = np.argmax(np.asarray(model.apply(jax.tree_util.tree_map(lambda x: x[i], state.params), st.x, False,
+                                            None)[0]), 1)
+    hit = pred == np.asarray(st.y)
+    per_class = np.array([hit[np.asarray(st.y) == k].mean() if (np.asarray(st.y) == k).any() else 0.0
+                          for k in range(CLASSES)])
+    present = np.array([(np.asarray(st.y) == k).any() for k in range(CLASSES)], np.float64)
+    want.append((per_class * w[i] * present).sum() / (w[i] * present).sum())
+  np.testing.assert_allclose(m.extra["accuracy"], want, atol=1e-6)
+  np.testing.assert_array_equal(m.extra["active"], np.ones(len(SIZES)))
+
+
+@pytest.mark.parametrize("dropout", ["none", "prob"])
+def test_the_platform_simulation_traces_with_vmapped_seeds(dropout):
+  """The other drop-out rules, and the platform's whole run (scan over rounds, seeds vmapped), trace (shapes
+  only: nothing compiles)."""
+  host = tiny_federation()
+  config = apply_overrides(CONFIG, {"ipfl.dropout": dropout})
+  algorithm, model = registry.build_method("ipfl", config, host)
+  hyper = registry.hyper_from_config(config, "ipfl")
+  simulate = make_simulation(algorithm, model, ROUNDS, task_for(config, host).score)
+  keys = jax.random.split(jax.random.key(0), 3)
+  out = jax.eval_shape(jax.vmap(simulate, in_axes=(0, None, None)), keys, host, hyper)
+  extra = out.history.metrics.extra
+  assert extra["utility"].shape == (3, ROUNDS, len(SIZES)) and extra["welfare"].shape == (3, ROUNDS)
+  assert out.test_auroc.shape == (3, len(SIZES))  # the deployed models: every client's own θ_i
+
+
+# --- the summary reducer, the registry and the configuration -------------------------------------------------
+
+
+def test_metrics_reducer_of_a_hand_made_history():
+  extra = {"utility": np.array([[1.0, -2.0, 0.5], [2.0, 0.0, 0.5], [9.0, 9.0, 9.0]]),
+           "accuracy": np.array([[0.2, np.nan, 0.5], [0.4, np.nan, 0.3], [1.0, 1.0, 1.0]]),
+           "bought": np.array([[1, 0, 2], [1, 0, 1], [5, 5, 5]], np.float32),
+           "trained": np.array([[1, 1, 1], [1, 0, 1], [1, 1, 1]], np.float32),
+           "active": np.array([[1, 0, 1], [1, 0, 1], [1, 1, 1]], np.float32),
+           "welfare": np.array([-0.5, 2.5, 27.0])}
+  out = A.ipfl_metrics(extra, np.array([1.0, 1.0, 0.0]))  # round 3 did not run
+  assert out["utility_sum"] == pytest.approx((3.0 - 2.0 + 1.0) / 3)
+  assert out["best_accuracy"] == pytest.approx((0.4 + 0.5) / 2)  # client 1 has no test rows: skipped
+  assert out["mean_degree"] == pytest.approx(5 / 5)
+  assert out["welfare_sum"] == pytest.approx(2.0) and out["final_active"] == 2.0
+  assert A.ipfl_metrics({}, np.ones(3)) == {}
+
+
+def test_registry_knows_ipfl_its_section_and_sweepable_keys():
+  assert "ipfl" in registry.METHODS
+  assert registry.sections()["ipfl"] is A.IPFLConfig
+  keys = registry.sweepable_keys()
+  assert {"ipfl.lam", "ipfl.eta", "ipfl.gain_scale", "ipfl.cost", "ipfl.liar_cost_ratio"} <= set(keys)
+  assert "ipfl.dropout" not in keys and "ipfl.liar" not in keys  # static
+  assert registry.spec_of("ipfl").regularizer is A.prox_regularizer
+
+
+def test_config_checks():
+  with pytest.raises(ConfigError, match="ipfl.dropout must be one of none, strict, prob, got 'maybe'"):
+    apply_overrides(CONFIG, {"ipfl.dropout": "maybe"})
+  with pytest.raises(ConfigError, match="ipfl.eta must be positive"):
+    apply_overrides(CONFIG, {"ipfl.eta": 0.0})
+  with pytest.raises(ConfigError, match="ipfl.liar must be ≥ -1"):
+    apply_overrides(CONFIG, {"ipfl.liar": -2})
+  with pytest.raises(ConfigError, match="ipfl.liar = 5 is not a client of this federation of 5"):
+    registry.check_federation("ipfl", apply_overrides(CONFIG, {"ipfl.liar": 5}), 5)
+  with pytest.raises(ConfigError, match="participation.clients_per_round"):
+    registry.check_federation("ipfl", apply_overrides(CONFIG, {"participation.clients_per_round": 2}), 5)
+  registry.check_federation("ipfl", CONFIG, 5)  # positive control
+
+
+def test_the_shipped_experiment_loads_and_validates():
+  config = load_experiment("ipfl")
+  validate(config)
+  assert config.methods == ("ipfl",) and config.rounds == 50 and config.seeds == (42, 123, 456)
+  assert (config.data.source, config.data.partition, config.data.dirichlet_alpha, config.data.num_clients) == (
+      "fashion_mnist", "dirichlet", 0.1, 10)
+  lc = config.learner
+  assert (lc.model, lc.optimizer, lc.learning_rate, lc.momentum, lc.weight_decay, lc.batch_size, lc.local_steps) == (
+      "lenet", "sgd", 0.01, 0.9, 1e-5, 64, 200)
+  assert (config.ipfl.lam, config.ipfl.eta, config.ipfl.gain_scale, config.ipfl.cost) == (0.001, 5.0, 5e5, 1.0)
