@@ -6,8 +6,4 @@ Every client is stacked on a leading array axis, trained with ``vmap`` under
 See ``shared/SPEC.md`` (section numbers are cited as SPEC §N in docstrings).
 """
 
-from fedjax_sim import _xla_flags
-
-_xla_flags.apply()  # before JAX's CPU backend starts: see fedjax_sim/_xla_flags.py
-
 __version__ = "0.1.0"

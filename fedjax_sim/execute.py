@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_sim import compile_cache, program_cache
+from fedjax_sim import _xla_flags
 from fedjax_sim.algorithms.base import Algorithm
 from fedjax_sim.algorithms.registry import build_method, check_federation, hyper_from_config, preset, spec_of
 from fedjax_sim.build import seed_keys
@@ -98,6 +99,8 @@ class PreparedMethod:
   bar: Optional[Progress]
   traces: dict
   metric: str = "auroc"  # the task's per-client metric (summary keys: auroc_mean, accuracy_mean, ...)
+  compile_options: dict = dataclasses.field(default_factory=dict)  # XLA options of every program
+  # (fedjax_sim._xla_flags.program_options)
 
   @property
   def runs(self) -> int:
@@ -109,21 +112,23 @@ class PreparedMethod:
     program, keys, fed, hyper = self.program, self.keys, self.fed, self.hyper
     t0 = time.perf_counter()
     cached = self._program_cache()
+    opts = self.compile_options
     if not self.options.checkpoint_every and program.chunk == program.rounds:
-      run = cached("run", program._run, (keys, fed, hyper)) or program.run.lower(keys, fed, hyper).compile()
+      run = cached("run", program._run, (keys, fed, hyper)) or program.run.lower(keys, fed, hyper).compile(opts)
       return CompiledMethod(run=run, compile_s=time.perf_counter() - t0, program_cache=program_cache.describe(run))
     start = cached("start", program._start, (keys, fed, hyper))
     if start is not None:
       template, shardings = start.out_template, start.output_shardings
     else:
-      start = program.start.lower(keys, fed, hyper).compile()
+      start = program.start.lower(keys, fed, hyper).compile(opts)
       shardings = start.output_shardings
       template = jax.tree_util.tree_map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                                         jax.eval_shape(program.start, keys, fed, hyper), shardings)
     t1 = jnp.asarray(1, jnp.int32)
     advance = (cached("advance", program._advance, (template, fed, hyper, t1))
-               or program.advance.lower(template, fed, hyper, t1).compile())
-    finish = cached("finish", program._finish, (template, fed)) or program.finish.lower(template, fed).compile()
+               or program.advance.lower(template, fed, hyper, t1).compile(opts))
+    finish = (cached("finish", program._finish, (template, fed))
+              or program.finish.lower(template, fed).compile(opts))
     return CompiledMethod(start=start, advance=advance, finish=finish, template=template, shardings=shardings,
                           compile_s=time.perf_counter() - t0, program_cache=program_cache.describe(advance))
 
@@ -135,8 +140,10 @@ class PreparedMethod:
       return lambda label, body, args: None
     # What decides the trace besides the source, the libraries and the arguments' types (program_cache's key).
     parts = (self.name, repr(self.points), repr(self.options.sweep), self.program.rounds, self.program.chunk,
-             self.options.checkpoint_every, program_cache.array_digest(self.federation))
-    return lambda label, body, args: program_cache.compile_program(body, args, (label,) + parts, where)
+             self.options.checkpoint_every, program_cache.array_digest(self.federation),
+             sorted(self.compile_options.items()))
+    return lambda label, body, args: program_cache.compile_program(body, args, (label,) + parts, where,
+                                                                  self.compile_options)
 
   def execute(self, compiled: "CompiledMethod") -> "MethodRun":
     """Runs the compiled programs and summarizes every seed and grid point (SPEC §6).
@@ -227,7 +234,8 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
                     on_trace=lambda: traces.__setitem__("n", traces["n"] + 1))
   return PreparedMethod(name=name, options=options, federation=federation, points=points, seeds=seeds,
                         algorithm=algorithm, model=model, program=program, keys=keys, fed=fed, hyper=hyper,
-                        bar=bar, traces=traces, metric=task.metric)
+                        bar=bar, traces=traces, metric=task.metric,
+                        compile_options=_xla_flags.program_options(static, spec_of(name).cpu_options))
 
 
 def run_method(name: str, config: ExperimentConfig, federation: Federation,

@@ -117,7 +117,8 @@ class CachedProgram:
     return jax.tree_util.tree_unflatten(self._out_tree, self._compiled(*leaves))
 
 
-def compile_program(body: Callable, args: tuple, key_parts: tuple, where: Optional[str]) -> Optional[CachedProgram]:
+def compile_program(body: Callable, args: tuple, key_parts: tuple, where: Optional[str],
+                    compile_options: Optional[dict] = None) -> Optional[CachedProgram]:
   """``body(*args)`` compiled through the program cache in ``where``, or None when it cannot be (the caller then
   compiles ``jax.jit(body)`` itself).
 
@@ -127,6 +128,8 @@ def compile_program(body: Callable, args: tuple, key_parts: tuple, where: Option
     args: its arguments (device arrays: their shardings are part of the key).
     key_parts: strings naming what else decides the trace (the method, its config, the federation's digest).
     where: the cache folder (:func:`folder`), or None (off: returns None).
+    compile_options: XLA compile options of the program (:func:`fedjax_sim._xla_flags.program_options`); the
+      caller puts them in ``key_parts`` too.
   """
   if where is None:
     return None
@@ -162,7 +165,7 @@ def compile_program(body: Callable, args: tuple, key_parts: tuple, where: Option
   blob, out_tree = stored
   try:
     exported = export.deserialize(bytearray(blob))
-    compiled = jax.jit(exported.call).lower(*leaves).compile()
+    compiled = jax.jit(exported.call).lower(*leaves).compile(compile_options or None)
   except Exception:
     if not hit:
       return None

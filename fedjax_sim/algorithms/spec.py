@@ -99,6 +99,8 @@ class MethodSpec:
   # validation losses, early stopping on mean val AUROC): they refuse image and text data
   partial_participation: Any = False  # True (every method of the family) or a tuple of method names that can
   # train K < C clients per round (``participation.clients_per_round``); the others refuse it
+  cpu_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # XLA compile options of the family's
+  # programs on the CPU backend (fedjax_sim._xla_flags: a deadlock workaround)
   client_curves: bool = False  # keep every client's validation score of every round ([R, C] in the history;
   # per-seed records gain ``val_METRIC_clients``): for tables read at a matched round (paper 002 Table 6)
   reports: Mapping[str, Callable] = dataclasses.field(default_factory=dict)  # report name → ``(summary, per_seed,

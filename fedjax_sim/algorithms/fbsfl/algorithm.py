@@ -554,6 +554,10 @@ def _build(ctx: BuildContext) -> Algorithm:
                proxy=proxy_indices(ctx.federation.m_val, settings.proxy_rows), name=ctx.name)
 
 
+CPU_OPTIONS = {"xla_cpu_multi_thread_eigen": False}
+"""XLA:CPU compile options of every FBS-FL-family program: single-threaded Eigen, since five seeds vmapped hung
+(every worker idle) in 1 of 5 runs with XLA's defaults and in none of 4 with this (fedjax_sim/_xla_flags.py)."""
+
 PRESETS = {
     "fbsfl": {},  # FBS-FL–EXP3, the main row of Table 2 (every [fbsfl] number at its paper default)
     # Table 3: the follower models
@@ -577,5 +581,5 @@ traced, so ``--sweep fbsfl.q=0,2,4`` runs them in one compiled program instead."
 SPECS = (
     MethodSpec(methods=PRESETS, build=_build, section="fbsfl", settings=FBSFLConfig, hyper=FBSFLHyper,
                partial_participation=True, metrics=fbsfl_metrics, check_federation=check_federation,
-               validate=_validate, reports=REPORTS, client_curves=True),
+               validate=_validate, reports=REPORTS, client_curves=True, cpu_options=CPU_OPTIONS),
 )

@@ -457,7 +457,7 @@ def _spec(methods, regularizer: Optional[Callable] = None) -> StrategicSpec:
   return StrategicSpec(methods={m: {} for m in methods}, build=_build, section="fbsfl_baselines",
                        settings=BaselineConfig, hyper=BaselineOwnHyper, regularizer=regularizer,
                        partial_participation=True, metrics=A.fbsfl_metrics, check_federation=check_federation,
-                       client_curves=True)
+                       client_curves=True, cpu_options=A.CPU_OPTIONS)
 
 
 SPECS = (

@@ -135,6 +135,13 @@ def _present(summary: dict, rows) -> list:
   return [(name, label, paper) for name, label, paper in rows if name in summary["methods"]]
 
 
+def _or_note(lines: list, rows) -> str:
+  """The table, or its header and a line naming the methods it needs when the run holds none of them."""
+  if len(lines) > 2:
+    return "\n".join(lines)
+  return "\n".join(lines + ["", f"(none of this table's rows is in the run: {', '.join(n for n, _, _ in rows)})"])
+
+
 def paired_ratio(summary: dict, name: str, reference: str, key: str = "c_tot"):
   """``[S]`` per-seed ``key`` of ``name`` over the same seed's ``key`` of ``reference`` (paired seeds: the
   reference row is exactly 1 on every seed), or None when the run lacks the reference row."""
@@ -173,7 +180,7 @@ def table2_markdown(summary: dict) -> str:
                  f"{cell(v(f'{metric}_client_std'), 100)} | {cell(v('participation_jain'), digits=2)} | "
                  f"{cell(v('participation_kl_uniform'), digits=2)} | {c_tot} | " +
                  " | ".join(paper_cell(p, 2 if i in (3, 4) else 1) for i, p in enumerate(paper)) + " |")
-  return "\n".join(lines)
+  return _or_note(lines, TABLE2_ROWS)
 
 
 def table2_claims(summary: dict) -> list:
@@ -263,7 +270,7 @@ def table4_markdown(summary: dict) -> str:
                  f"{np.nanmax(v('included_max')):.0f} | {cell(v(metric), 100)} | "
                  f"{cell(v('participation_jain'), digits=2)} | {paper_cell(p[0])} | {paper_cell(p[1], 2)} | "
                  f"{paper_cell(p[2], 0)} | {paper_cell(p[3], 0)} | {paper_cell(p[4])} | {paper_cell(p[5], 2)} |")
-  return "\n".join(lines)
+  return _or_note(lines, TABLE4_ROWS)
 
 
 # --- Tables 3, 5, 6 -----------------------------------------------------------------------------------------
@@ -281,7 +288,7 @@ def table3_markdown(summary: dict) -> str:
                  f"{cell(v('eps_br'), digits=2)} | {cell(v(metric), 100)} | {cell(v(f'{metric}_worst'), 100)} | "
                  f"{cell(v('participation_jain'), digits=2)} | {cell(v('participation_kl_uniform'), digits=2)} | "
                  + " | ".join(paper_cell(p, 1 if i in (0, 3, 4) else 2) for i, p in enumerate(paper)) + " |")
-  return "\n".join(lines)
+  return _or_note(lines, TABLE3_ROWS)
 
 
 def table5_markdown(summary: dict) -> str:
@@ -297,7 +304,7 @@ def table5_markdown(summary: dict) -> str:
                  f"{cell(v(f'{metric}_client_std'), 100)} | {cell(v('participation_jain'), digits=2)} | "
                  f"{cell(v('participation_kl_uniform'), digits=2)} | {index} | "
                  + " | ".join(paper_cell(p, 2 if i >= 3 else 1) for i, p in enumerate(paper)) + " |")
-  return "\n".join(lines)
+  return _or_note(lines, TABLE5_ROWS)
 
 
 def matched_checkpoints(summary: dict, per_seed: dict, names) -> dict:
