@@ -14,11 +14,12 @@ main thread in ``block_until_ready`` (gdb).
   vmap graphs, their issue #1528) it passed 4 of 4 (docs/FBSFL.md §4). Turning the scheduler off for every program,
   as session 3 did through ``XLA_FLAGS`` on import, traded one hang for the other.
 
-So the options are per program, through its compile options (:func:`program_options`;
-``jax.stages.Lowered.compile(compiler_options)``): the scheduler off for programs that hold the recurrent model,
-and whatever a method family declares for itself (``MethodSpec.cpu_options``: FBS-FL's single-threaded Eigen). A
-user's own ``XLA_FLAGS`` setting of an option wins everywhere. Not reduced to a standalone reproducer for an
-upstream report.
+So each setting goes where it works. The scheduler is switched off process-wide, through ``XLA_FLAGS`` before
+JAX's backend starts, for an experiment that trains the recurrent model (:func:`apply_for`, called by the CLI
+after it reads the config; as a per-program compile option the LSTM still hung, 1 of 1). A method family's own
+compile options (``MethodSpec.cpu_options``: FBS-FL's single-threaded Eigen, which does work per program, 3 of
+3) go to that family's programs (:func:`program_options`). A user's own ``XLA_FLAGS`` setting of an option wins
+everywhere. Not reduced to a standalone reproducer for an upstream report.
 """
 from __future__ import annotations
 
@@ -32,17 +33,24 @@ RECURRENT_MODELS = ("char_lstm",)
 """``learner.model`` values whose multi-seed programs deadlock with the concurrency-optimized scheduler on."""
 
 
-def program_options(config, declared=None, backend: Optional[str] = None, environ=os.environ) -> dict:
-  """The XLA compile options of one method's programs on the CPU backend (module docstring): the method family's
-  ``declared`` options, and ``{SCHEDULER: False}`` for a recurrent model; an option the user's ``XLA_FLAGS``
-  names is left to it. ``{}`` on other backends."""
+def apply_for(config, environ=os.environ) -> str:
+  """Appends ``--xla_cpu_enable_concurrency_optimized_scheduler=false`` to ``XLA_FLAGS`` when ``config`` trains a
+  recurrent model and the user's flags do not name the scheduler (module docstring); call it before JAX's backend
+  starts (it has no effect after). Returns the new ``XLA_FLAGS``."""
+  flags = environ.get("XLA_FLAGS", "")
+  if getattr(getattr(config, "learner", None), "model", None) in RECURRENT_MODELS and SCHEDULER not in flags:
+    flags = f"{flags} --{SCHEDULER}=false".strip()
+    environ["XLA_FLAGS"] = flags
+  return flags
+
+
+def program_options(declared=None, backend: Optional[str] = None, environ=os.environ) -> dict:
+  """The XLA compile options of one method family's programs on the CPU backend: its ``declared`` options
+  (``MethodSpec.cpu_options``) except those the user's ``XLA_FLAGS`` names; ``{}`` on other backends."""
   if backend is None:
     import jax
     backend = jax.default_backend()
   if backend != "cpu":
     return {}
-  options = dict(declared or {})
-  if getattr(getattr(config, "learner", None), "model", None) in RECURRENT_MODELS:
-    options[SCHEDULER] = False
   user = environ.get("XLA_FLAGS", "")
-  return {k: v for k, v in options.items() if k not in user}
+  return {k: v for k, v in dict(declared or {}).items() if k not in user}

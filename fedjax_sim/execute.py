@@ -235,7 +235,7 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
   return PreparedMethod(name=name, options=options, federation=federation, points=points, seeds=seeds,
                         algorithm=algorithm, model=model, program=program, keys=keys, fed=fed, hyper=hyper,
                         bar=bar, traces=traces, metric=task.metric,
-                        compile_options=_xla_flags.program_options(static, spec_of(name).cpu_options))
+                        compile_options=_xla_flags.program_options(spec_of(name).cpu_options))
 
 
 def run_method(name: str, config: ExperimentConfig, federation: Federation,

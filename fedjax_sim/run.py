@@ -268,6 +268,8 @@ def main(argv=None) -> int:
       raise ConfigError("--checkpoint-dir needs --checkpoint-every R")
     out_dir = pathlib.Path(args.out or f"runs/{config.name}")
 
+    from fedjax_sim import _xla_flags
+    _xla_flags.apply_for(config)  # before JAX's backend starts (fedjax_sim/_xla_flags.py)
     import jax
     if args.distributed:
       jax.distributed.initialize()
