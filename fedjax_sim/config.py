@@ -55,6 +55,9 @@ class DataConfig:
   # client has at least this many rows (NIID-Bench; issue 13), ≥ 0
   split: str = setting("0.7,0.15,0.15")  # train/val/test fractions of each client's rows (SPEC §2.1: 70/15/15;
   # §4.5: 80/10/10), three positive numbers summing to 1
+  shared_test: bool = setting(False, one_of(True, False))  # image sources with a test file (Fashion-MNIST,
+  # CIFAR-10): also score every client on the source's whole test set, reweighted per class by the client's train
+  # label distribution (paper 003's evaluation, SPEC §5; issue 13); methods that read it say so (iPFL)
   max_rows_per_client: int = setting(0, at_least(0))  # text data: windows kept per role (evenly strided), ≥ 0
   # (0 = all)
   data_seed: int = setting(0, SEED_RANGE)  # seed of the generator and of the train/val/test split (fixed across
@@ -189,7 +192,7 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
       return float(value)
     if isinstance(default, tuple):
       items = value if isinstance(value, (list, tuple)) else [v for v in str(value).split(",") if v.strip()]
-      elem = default[0] if default else ""
+      elem = default[0] if default else 0  # an empty default holds integers (client index lists)
       return tuple(_coerce(key, v.strip() if isinstance(v, str) else v, elem) for v in items)
     return str(value)
   except (TypeError, ValueError, OverflowError):
@@ -205,7 +208,7 @@ def _kind(default: Any) -> str:
   if isinstance(default, float):
     return "a number"
   if isinstance(default, tuple):
-    elem = default[0] if default else ""
+    elem = default[0] if default else 0
     plural = {"an integer": "integers", "a number": "numbers"}.get(_kind(elem), "names")
     return f"a comma-separated list of {plural}"
   return "a string"

@@ -151,7 +151,11 @@ def labeled_federation(config) -> Federation:
   """The federation an image/text experiment names: load, partition, split, stack (nothing is downloaded)."""
   from fedjax_sim.config import _split_fractions
   d = config.data
-  train, _ = load_labeled(d)
+  train, test = load_labeled(d)
+  if d.shared_test and test is None:
+    raise ConfigError(f"data.shared_test = true needs a source with a test file (fashion_mnist, cifar10); "
+                      f"{d.source!r} has none: set data.shared_test = false")
   parts, names = partition_rows(train, d)
   return from_partition(train, parts, names, seed=d.data_seed, split=_split_fractions(d.split),
-                        batch_size=config.learner.batch_size, num_buckets=config.learner.num_buckets)
+                        batch_size=config.learner.batch_size, num_buckets=config.learner.num_buckets,
+                        shared_test=test if d.shared_test else None)
