@@ -1,7 +1,7 @@
 """The benchmarks of fedjax_sim, one entry point (issue 4, item 6; issue 11 items 4 and 5).
 
 Usage:
-  python benchmarks/bench.py --suite engine,seeds,centers,table1,images,fbsfl [--rounds R] [--rounds2 R2]
+  python benchmarks/bench.py --suite engine,seeds,centers,table1,images,fbsfl,ipfl [--rounds R] [--rounds2 R2]
                              [--loop-rounds 2] [--seeds-list 1,5,20,100] [--centers 230,1000,10000,100000]
                              [--json OUT.json] [--deadline EPOCH_S] [--record] [--quick]
   python benchmarks/bench.py --record-from A.json,B.json  # append saved runs' rows to RESULTS.md; run nothing
@@ -50,6 +50,10 @@ images   FedAvg on Fashion-MNIST (issue 10; ``benchmarks/image_suite.py``): K = 
 fbsfl    FBS-FL (issue 12; ``benchmarks/fbsfl_suite.py``): a round of the whole game (leader, followers, participants-
          only training, q-fair aggregation, beliefs, PPO every 16 rounds) against a FedAvg round at the same K (target
          ≤ 1.5×) and against its per-client loop, one seed, R = 16 rounds (``--rounds``); needs Fashion-MNIST.
+ipfl     iPFL (issue 13; ``benchmarks/ipfl_bench.py``): the market (distance, Box 2 thresholds for all C² pairs,
+         greedy graph, payments, utilities) for 1,000 clients in one call against the per-pair Python loop of the
+         threshold solve, and an iPFL round against a FedAvg round on ``ipfl``'s federation (R = ``--rounds``,
+         default 3; 200 local iterations); the rounds need Fashion-MNIST.
 centers  FedAvg and ABPS (``abps_pq_k1_hom``: κ = 1, homogeneity goal filter, bf16 wire,
          1-layer head; ``abps.pool_size = 32`` above 1,000 centers) at 230, 1,000, 10,000 and
          100,000 centers (in ``--centers`` order). 230 is the default federation; from 1,000
@@ -688,6 +692,22 @@ def suite_fbsfl(args, rec: Recorder, cache: dict):
   print_fbsfl(out)
 
 
+def suite_ipfl(args, rec: Recorder, cache: dict):
+  """iPFL (issue 13): the 1,000-client market in one call, and an iPFL round against a FedAvg round; see
+  ``benchmarks/ipfl_bench.py``. Without the Fashion-MNIST files only the market part runs."""
+  import ipfl_bench
+  out = {"market": ipfl_bench.bench_market(1000, 4096, 5, 5)}
+  rec.result["suites"]["ipfl"] = out
+  rec.save()
+  folder = fmnist_folder(args)
+  if any((pathlib.Path(folder) / f"train-images-idx3-ubyte{z}").is_file() for z in (".gz", "")):
+    out["rounds"] = ipfl_bench.bench_rounds(args.rounds or (1 if args.quick else 3), 20 if args.quick else 200,
+                                            folder)
+  else:
+    out["rounds"] = {"skipped": f"no Fashion-MNIST files in {folder}"}
+  print_ipfl(out)
+
+
 def suite_table1(args, rec: Recorder, cache: dict):
   """The ``table1`` experiment as the CLI runs it (``run_methods``: compiling ahead in worker threads),
   timed from the first compile to the last row's results: paper 000 Table 1's 20 rows × 5 seeds,
@@ -1061,6 +1081,20 @@ def print_fbsfl(out):
            f"({out['engine_speedup_over_loop']:.2f}× the engine)" if "loop" in out else ""), flush=True)
 
 
+def print_ipfl(out):
+  m = out["market"]
+  print(f"ipfl market, {m['clients']} clients: {m['run_s']:.3f} s per call (compile {m['compile_s']:.1f} s); the "
+        f"per-pair loop of the threshold solve alone {m['loop_thresholds_s_extrapolated']:.1f} s (extrapolated from "
+        f"{m['loop_buyers_timed']} buyers)", flush=True)
+  r = out.get("rounds", {})
+  if "skipped" in r or not r:
+    print(f"ipfl rounds: skipped ({r.get('skipped', 'not run')})")
+    return
+  print(f"ipfl rounds ({r['local_steps']} iterations): iPFL {r['ipfl']['s_per_round']:.2f} s/round, ipfl_fedavg "
+        f"{r['ipfl_fedavg']['s_per_round']:.2f}, fedavg {r['fedavg']['s_per_round']:.2f} (iPFL / FedAvg "
+        f"{r['ipfl_over_fedavg']:.2f}×)", flush=True)
+
+
 def print_saved(result: dict, name: str = ""):
   dc = result.get("device_check") or {}
   if "machine" not in result:  # a device-script stub: a step skipped or cut before it wrote anything
@@ -1071,7 +1105,8 @@ def print_saved(result: dict, name: str = ""):
         + (f"; device_check: {dc.get('status')}" + (f" ({dc['detail']})" if dc.get("detail") else "") if dc else ""))
   suites = result.get("suites", {})
   for suite, show in (("seeds", print_seeds), ("engine", print_engine), ("centers", print_centers),
-                      ("table1", print_table1), ("images", print_images), ("fbsfl", print_fbsfl)):
+                      ("table1", print_table1), ("images", print_images), ("fbsfl", print_fbsfl),
+                      ("ipfl", print_ipfl)):
     if suite in suites:
       show(suites[suite])
 
@@ -1129,6 +1164,14 @@ SECTIONS = {
         "the same K. `fbsfl_fedavg` is FedAvg behind the same strategic layer (fewer clients accept). The loop is the same\n"
         "round from the package's jitted pieces with a Python loop over participants (`benchmarks/fbsfl_suite.py`).\n\n"
         "| date | machine | rounds | FBS-FL compile s | FBS-FL s / round | accepted / round | FedAvg K s / round | ratio | fbsfl_fedavg s / round | loop s / round | engine speed-up over loop |\n"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"),
+    "ipfl": (
+        "## iPFL: the market for 1,000 clients in one call, and an iPFL round vs a FedAvg round (`python benchmarks/bench.py --suite ipfl --record`)",
+        "The market call is distance, the Box 2 threshold solve for all C² pairs, the greedy graph, payments and\n"
+        "utilities for C = 1,000 random models of 4,096 parameters (`benchmarks/ipfl_bench.py`); the loop is the\n"
+        "threshold solve alone as a per-pair Python bisection, timed for 5 buyers and scaled to C. The rounds run\n"
+        "`ipfl`'s federation (Fashion-MNIST, Dirichlet 0.1, 10 clients, LeNet), one seed, one compiled call each.\n\n"
+        "| date | machine | clients | market compile s | market s / call | loop thresholds s (extrapolated) | local iterations | iPFL s / round | ipfl_fedavg s / round | fedavg s / round | iPFL / FedAvg |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"),
 }
 # The engine section is the former bench_fedavg.py section: its heading is recognized and renamed.
@@ -1218,6 +1261,15 @@ def result_rows(result: dict) -> dict:
         f"{fb['fbsfl_vs_fedavg']:.2f}× | {fb['fbsfl_fedavg']['s_per_round']:.2f} | "
         f"{format(lp['s_per_round'], '.2f') if lp else '—'} | "
         f"{(format(fb['engine_speedup_over_loop'], '.2f') + '×') if lp else '—'} |"]
+  ip = result["suites"].get("ipfl")
+  if ip:
+    m, r = ip["market"], ip.get("rounds", {})
+    have = r and "skipped" not in r
+    rows["ipfl"] = [
+        f"| {date} | {mach} | {m['clients']} | {m['compile_s']:.1f} | {m['run_s']:.3f} | "
+        f"{m['loop_thresholds_s_extrapolated']:.1f} | "
+        + (f"{r['local_steps']} | {r['ipfl']['s_per_round']:.2f} | {r['ipfl_fedavg']['s_per_round']:.2f} | "
+           f"{r['fedavg']['s_per_round']:.2f} | {r['ipfl_over_fedavg']:.2f}× |" if have else "— | — | — | — | — |")]
   t1 = result["suites"].get("table1")
   if t1:
     ok = {m: e for m, e in t1["methods"].items() if "run_s" in e}
@@ -1331,9 +1383,9 @@ def main(argv=None):
     return None
 
   suites = [s.strip() for s in args.suite.split(",") if s.strip()]
-  bad = [s for s in suites if s not in ("engine", "seeds", "centers", "table1", "images", "fbsfl")]
+  bad = [s for s in suites if s not in ("engine", "seeds", "centers", "table1", "images", "fbsfl", "ipfl")]
   if bad:
-    p.error(f"unknown suite(s) {', '.join(bad)}; choose from engine, seeds, centers, table1, images, fbsfl")
+    p.error(f"unknown suite(s) {', '.join(bad)}; choose from engine, seeds, centers, table1, images, fbsfl, ipfl")
   q = args.quick
   args.rounds_seeds = args.rounds or (2 if q else 100)
   if args.rounds2 is None:
@@ -1358,11 +1410,11 @@ def main(argv=None):
   print(f"machine: {rec.result['machine']}; jax {jax.__version__}; suites: {', '.join(suites)}", flush=True)
   cache = {}
   # Seeds first: on an accelerator it is the acceptance figure; centers last (children, largest last).
-  for suite in ("seeds", "engine", "centers", "table1", "images", "fbsfl"):
+  for suite in ("seeds", "engine", "centers", "table1", "images", "fbsfl", "ipfl"):
     if suite in suites:
       t0 = time.perf_counter()
-      {"seeds": suite_seeds, "engine": suite_engine, "centers": suite_centers,
-       "table1": suite_table1, "images": suite_images, "fbsfl": suite_fbsfl}[suite](args, rec, cache)
+      {"seeds": suite_seeds, "engine": suite_engine, "centers": suite_centers, "table1": suite_table1,
+       "images": suite_images, "fbsfl": suite_fbsfl, "ipfl": suite_ipfl}[suite](args, rec, cache)
       rec.result["suites"][suite].setdefault("wall_s", time.perf_counter() - t0)  # table1 times its own
       rec.save()
   if "fed" in cache:

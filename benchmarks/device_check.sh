@@ -43,6 +43,8 @@
 #             are in $FMNIST_PATH (if set) or /usr/share/datasets/fashion-mnist; otherwise a recorded skip.
 #   fbsfl   : FBS-FL on Fashion-MNIST (a round of the game vs a FedAvg round at the same K, vs its per-client
 #             loop), FBSFL_ROUNDS rounds (16: one PPO update), only when the Fashion-MNIST files are there.
+#   ipfl    : iPFL's 1,000-client market in one call vs the per-pair loop, and (with Fashion-MNIST) an iPFL round
+#             vs a FedAvg round, IPFL_ROUNDS rounds of 200 local iterations (benchmarks/ipfl_bench.py).
 #   iPFL is not implemented in fedjax_sim yet, so it has no step; see the placeholder below.
 # Acceptance sizes run first so that a step cut by its box loses the extra sizes, not the acceptance figures;
 # the tables print sorted. In the seeds step peak memory is the process's peak so far.
@@ -52,19 +54,19 @@
 #   session 2:  run(command="STEPS='table1 images fbsfl' bash benchmarks/device_check.sh", timeout_s=460)
 # Recording, back home (files_at: where the tool put $OUT's files):
 #   python benchmarks/bench.py --record-from <files_at>/seeds.json,<files_at>/engine.json,<files_at>/centers.json
-#   python benchmarks/bench.py --record-from <files_at>/table1.json,<files_at>/images.json,<files_at>/fbsfl.json
+#   python benchmarks/bench.py --record-from <files_at>/table1.json,<files_at>/images.json,<files_at>/fbsfl.json,<files_at>/ipfl.json
 # (--print-from the same files prints the tables; for centers.json both merge the centers_<C>.json beside it.)
 #
 # Environment (defaults in brackets): OUT (required: output folder), PYTHON [python3: the image's, with JAX],
-# STEPS ["seeds engine centers"; any of seeds engine centers table1 images fbsfl, run in the order given; env is
+# STEPS ["seeds engine centers"; any of seeds engine centers table1 images fbsfl ipfl, run in the order given; env is
 # always run first], BUDGET [400], RESERVE_S [15], MIN_STEP_S [15], STEP_ENV [45], STEP_SEEDS [110],
-# STEP_ENGINE [95], STEP_CENTERS [135], STEP_TABLE1 [250], STEP_IMAGES [90], STEP_FBSFL [90] (seconds),
+# STEP_ENGINE [95], STEP_CENTERS [135], STEP_TABLE1 [250], STEP_IMAGES [90], STEP_FBSFL [90], STEP_IPFL [90] (seconds),
 # JAX_PLATFORMS [cuda],
 # DEVICE_CHECK_ALLOW_CPU [unset; 1: run on a non-GPU backend], ROUNDS [100], ROUNDS2 [ROUNDS/2],
 # LOOP_ROUNDS [2], SEEDS_LIST [1,100,5,20], ENGINE_METHODS [fedavg,abps_x], CENTERS [230,100000,1000,10000],
 # CENTERS_ROUNDS [5], CENTERS_METHODS [fedavg,abps_pq_k1_hom], CHILD_TIMEOUT [120], TABLE1_METHODS [all],
 # TABLE1_SEEDS [11,22,33,44,55], TABLE1_ROUNDS [the config's], COMPILE_WORKERS [bench.py's], IMAGES_ROUNDS [2],
-# FBSFL_ROUNDS [16],
+# FBSFL_ROUNDS [16], IPFL_ROUNDS [3],
 # FMNIST_PATH, BENCH_COMPILE_CACHE [unset: cold compiles; a folder: JAX's persistent cache, rehearsals only],
 # BENCH_SET [unset; "key=value;..." config overrides of every engine config, e.g. a rehearsal's tiny federation].
 # CPU rehearsal (what tests/test_device_check.py runs, tiny sizes):
@@ -89,6 +91,8 @@ STEP_TABLE1=${STEP_TABLE1:-250}
 STEP_IMAGES=${STEP_IMAGES:-90}
 STEP_FBSFL=${STEP_FBSFL:-90}
 FBSFL_ROUNDS=${FBSFL_ROUNDS:-16}
+STEP_IPFL=${STEP_IPFL:-90}
+IPFL_ROUNDS=${IPFL_ROUNDS:-3}
 STEPS=${STEPS:-seeds engine centers}
 ROUNDS=${ROUNDS:-100}
 ROUNDS2=${ROUNDS2:-}
@@ -103,8 +107,8 @@ TABLE1_SEEDS=${TABLE1_SEEDS:-11,22,33,44,55}
 IMAGES_ROUNDS=${IMAGES_ROUNDS:-2}
 FM=${FMNIST_PATH:-/usr/share/datasets/fashion-mnist}
 for s in $STEPS; do
-  case $s in env|seeds|engine|centers|table1|images|fbsfl) ;;
-    *) echo "device_check: unknown step '$s' in STEPS; choose from seeds, engine, centers, table1, images, fbsfl"
+  case $s in env|seeds|engine|centers|table1|images|fbsfl|ipfl) ;;
+    *) echo "device_check: unknown step '$s' in STEPS; choose from seeds, engine, centers, table1, images, fbsfl, ipfl"
        exit 2;;
   esac
 done
@@ -300,15 +304,15 @@ for s in $STEPS; do
         stamp "fbsfl: skipped (no Fashion-MNIST files in $FM; set FMNIST_PATH)"
         STEP_START=$(date +%s) note_step fbsfl skipped 0 0 0 "no Fashion-MNIST files in $FM"
       fi;;
+    ipfl)  # the market part needs no files; the rounds part skips itself without Fashion-MNIST
+      run_step ipfl "$STEP_IPFL" bench --suite ipfl --rounds "$IPFL_ROUNDS" --fmnist-path "$FM";;
   esac
 done
-# iPFL (SPEC §5) does not exist in fedjax_sim yet: when it does, it gets a bench.py suite and a step here, e.g.
-#   ipfl)  run_step ipfl "$STEP_IPFL" bench --suite ipfl ...;;
 
 # --- summary: merge what killed centers children left, print every table --------------------------------------
 stamp "summary"
 files=""
-for f in seeds engine centers table1 images fbsfl; do
+for f in seeds engine centers table1 images fbsfl ipfl; do
   [ -s "$OUT/$f.json" ] && files="$files${files:+,}$OUT/$f.json"
 done
 left=$(( DEADLINE - $(date +%s) ))

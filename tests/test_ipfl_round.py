@@ -343,6 +343,17 @@ def test_shared_test_set_scores_reweighted_accuracy():
   np.testing.assert_array_equal(m.extra["active"], np.ones(len(SIZES)))
 
 
+def test_shared_predictions_in_chunks_equal_one_batch():
+  from fedjax_sim.tasks import shared_predictions
+  host = tiny_federation()
+  algorithm, model = registry.build_method("ipfl", CONFIG, host)
+  params = jax.vmap(model.init)(jax.random.split(jax.random.key(3), 4))
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(12, 6)), jnp.float32)
+  whole = jax.vmap(lambda p: jnp.argmax(model.apply(p, x, False, None)[0], -1))(params)
+  for chunk in (5, 12, 50):  # a padded last chunk, one exact chunk, one chunk larger than the set
+    np.testing.assert_array_equal(shared_predictions(model.apply, params, x, chunk), whole)
+
+
 @pytest.mark.parametrize("dropout", ["none", "prob"])
 def test_the_platform_simulation_traces_with_vmapped_seeds(dropout):
   """The other drop-out rules, and the platform's whole run (scan over rounds, seeds vmapped), trace (shapes

@@ -318,9 +318,9 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
   def accuracy(params, federation) -> jax.Array:
     shared = federation.shared_test
     if shared is not None:
-      from fedjax_sim.tasks import reweighted_accuracy
-      logits = jax.vmap(lambda p: model.apply(p, shared.x, False, None)[0])(params)
-      return reweighted_accuracy(logits, shared.y, shared.class_weights)
+      from fedjax_sim.tasks import reweighted_accuracy_of_predictions, shared_predictions
+      pred = shared_predictions(model.apply, params, shared.x)
+      return reweighted_accuracy_of_predictions(pred, shared.y, shared.class_weights)
     return score(forward(params, federation.x_test), federation.y_test, federation.m_test)
 
   def own_terms(state, h, t, c):
