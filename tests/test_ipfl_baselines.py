@@ -517,3 +517,33 @@ def test_pieces_vmap_over_seeds():
     np.testing.assert_allclose(np.asarray(out[1][s]), np.asarray(amp_weights(flat[s], active[s])), atol=1e-6)
     np.testing.assert_array_equal(np.asarray(out[2][s]), np.asarray(split(flat[s], cluster[s], active[s])))
     np.testing.assert_array_equal(np.asarray(out[3][s]), np.asarray(sample(keys[s], jnp.ones((c, c)), 2, active[s])))
+
+
+@SOME
+@given(seed=SEEDS)
+def test_fedfomo_step_matches_a_loop_and_reverts(seed):
+  """The iPFL authors' FedFomo round (baselines.fedfomo_step): weights against the start model, the client's own
+  trained model among the candidates, a row without a positive weight back at the start."""
+  rng = np.random.default_rng(seed)
+  c, p = 6, 5
+  start = rng.normal(size=(c, p)).astype(np.float32)
+  flat = (start + rng.normal(size=(c, p)) * 0.5).astype(np.float32)
+  start_loss = rng.uniform(0.5, 2.0, size=c).astype(np.float32)
+  cand = rng.uniform(0.3, 2.2, size=(c, c)).astype(np.float32)
+  cand[0] = start_loss[0] + 1.0  # client 0: nobody helps → reverts to its start
+  chosen = rng.random((c, c)) < 0.5
+  np.fill_diagonal(chosen, False)
+  w, new = jax.jit(baselines.fedfomo_step)(start, flat, start_loss, cand, chosen)
+  w, new = np.asarray(w, np.float64), np.asarray(new, np.float64)
+  for i in range(c):
+    raw = np.zeros(c)
+    for j in range(c):
+      if chosen[i, j] or i == j:
+        dist = np.linalg.norm(flat[j].astype(np.float64) - start[i])
+        raw[j] = max(float(start_loss[i]) - float(cand[i, j]), 0.0) / dist if dist > 0 else 0.0
+    want_w = raw / raw.sum() if raw.sum() > 0 else raw
+    np.testing.assert_allclose(w[i], want_w, rtol=1e-5, atol=1e-6)
+    want = start[i] + (want_w[:, None] * (flat.astype(np.float64) - start[i])).sum(0)
+    np.testing.assert_allclose(new[i], want, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(w[0], 0.0)
+  np.testing.assert_allclose(new[0], start[0], atol=1e-6)
