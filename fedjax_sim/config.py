@@ -173,8 +173,9 @@ def valid_keys() -> list:
   return keys
 
 
-def _coerce(key: str, value: Any, default: Any) -> Any:
-  """Converts ``value`` (from TOML or a ``--set`` string) to the type of ``default``."""
+def _coerce(key: str, value: Any, default: Any, elem: Any = "") -> Any:
+  """Converts ``value`` (from TOML or a ``--set`` string) to the type of ``default`` (a tuple's elements to the
+  type of its first element, or of ``elem`` when it is empty: a field's declared ``setting(..., elem=...)``)."""
   try:
     if isinstance(default, bool):
       if isinstance(value, bool):
@@ -192,14 +193,14 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
       return float(value)
     if isinstance(default, tuple):
       items = value if isinstance(value, (list, tuple)) else [v for v in str(value).split(",") if v.strip()]
-      elem = default[0] if default else 0  # an empty default holds integers (client index lists)
+      elem = default[0] if default else elem
       return tuple(_coerce(key, v.strip() if isinstance(v, str) else v, elem) for v in items)
     return str(value)
   except (TypeError, ValueError, OverflowError):
-    raise ConfigError(f"{key}: expected {_kind(default)}, got {value!r}") from None
+    raise ConfigError(f"{key}: expected {_kind(default, elem)}, got {value!r}") from None
 
 
-def _kind(default: Any) -> str:
+def _kind(default: Any, elem: Any = "") -> str:
   """What a value of ``default``'s type is called in messages (``a comma-separated list of integers``)."""
   if isinstance(default, bool):
     return "true or false"
@@ -208,7 +209,7 @@ def _kind(default: Any) -> str:
   if isinstance(default, float):
     return "a number"
   if isinstance(default, tuple):
-    elem = default[0] if default else 0
+    elem = default[0] if default else elem
     plural = {"an integer": "integers", "a number": "numbers"}.get(_kind(elem), "names")
     return f"a comma-separated list of {plural}"
   return "a string"
@@ -229,7 +230,8 @@ def apply_overrides(config: ExperimentConfig, overrides: dict) -> ExperimentConf
       if sec not in _SECTIONS or field not in {f.name for f in dataclasses.fields(_section_class(sec))}:
         raise _unknown(key, valid_keys())
       default = getattr(getattr(config, sec), field)
-      sections.setdefault(sec, {})[field] = _coerce(key, value, default)
+      declared = next(f for f in dataclasses.fields(_section_class(sec)) if f.name == field)
+      sections.setdefault(sec, {})[field] = _coerce(key, value, default, declared.metadata.get("elem", ""))
     else:
       if key not in {f.name for f in dataclasses.fields(ExperimentConfig)} or key in _SECTIONS or key == "overrides":
         raise _unknown(key, valid_keys())

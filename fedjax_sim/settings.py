@@ -68,9 +68,10 @@ def described(check: Check, text: str) -> Check:
   return Check(check.test, text)
 
 
-def setting(default, check: Optional[Check] = None, *, note: str = ""):
-  """A config field with its default and valid range (``note`` is appended to the range in messages)."""
-  return dataclasses.field(default=default, metadata={"check": check, "note": note})
+def setting(default, check: Optional[Check] = None, *, note: str = "", elem: Any = ""):
+  """A config field with its default and valid range (``note`` is appended to the range in messages). ``elem`` is
+  a sample element of a tuple field whose default is empty (``0``: a list of integers; default: names)."""
+  return dataclasses.field(default=default, metadata={"check": check, "note": note, "elem": elem})
 
 
 def field_check(section_cls, name: str) -> Optional[Check]:

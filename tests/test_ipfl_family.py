@@ -142,8 +142,11 @@ def test_playground_roles_and_configs_validate():
     validate(load_experiment(name))
   with pytest.raises(ConfigError, match="client 3 is in both ipfl.traders and ipfl.buyers"):
     apply_overrides(BASE, {"ipfl.traders": (3,), "ipfl.buyers": (3,)})
-  with pytest.raises(ConfigError, match="ipfl.attack = 'shuffle' needs ipfl.attackers"):
-    apply_overrides(BASE, {"ipfl.attack": "shuffle"})
+  r = A.roles(5, apply_overrides(BASE, {"ipfl.attack": "shuffle"}).ipfl)  # no attackers listed: the last client
+  assert list(np.flatnonzero(r["attacker"])) == [4] and list(np.flatnonzero(~r["benign"])) == [4]
+  assert apply_overrides(BASE, {"ipfl.attackers": "3,4"}).ipfl.attackers == (3, 4)  # integers from --set
+  with pytest.raises(ConfigError, match="ipfl.traders: expected a comma-separated list of integers, got 'a'"):
+    apply_overrides(BASE, {"ipfl.traders": "a"})
   with pytest.raises(ConfigError, match=r"ipfl.attackers = \[7\] names client\(s\) \[7\] outside"):
     registry.check_federation("ipfl", apply_overrides(BASE, {"ipfl.attackers": (7,), "ipfl.attack": "gauss"}), 5)
   with pytest.raises(ConfigError, match="ipfl.rule must be one of market"):

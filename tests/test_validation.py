@@ -101,7 +101,10 @@ def test_every_method_states_its_smallest_federation():
     method = apply_overrides(config, registry.preset(name))
     with pytest.raises(ConfigError, match=f"^{name} needs a federation of at least 2 centers"):
       registry.check_federation(name, method, 1)
-    registry.check_federation(name, method, 8)  # positive control: the defaults fit 8 centers
+    # positive control: the defaults fit 8 centers (the iPFL playground's roles name clients up to 11)
+    registry.check_federation(name, method, 12 if name == "ipfl_playground" else 8)
+  with pytest.raises(ConfigError, match=r"ipfl.buyers = \[1, 2, 8, 9\] names client\(s\) \[8, 9\] outside"):
+    registry.check_federation("ipfl_playground", apply_overrides(config, registry.preset("ipfl_playground")), 8)
 
 
 def test_graph_methods_need_a_regular_graph_exactly_when_one_exists():

@@ -101,12 +101,13 @@ class IPFLConfig:
   gain_scale: float = setting(5e5, at_least(0.0))  # K_i, the gain scale of eq. 4 (SPEC §5 training line: 5e5;
   # issue 13's market playground: 5e7), ≥ 0 (0: every client a pure seller)
   cost: float = setting(1.0, at_least(0.0))  # C, the real cost c_i of one sale (eq. 3; SPEC §5: 1), ≥ 0
-  traders: tuple = setting((), each(at_least(0)))  # clients with K_i ~ U(K/2, K), c_i ~ U(C/2, C) drawn per seed
+  traders: tuple = setting((), each(at_least(0)), elem=0)  # clients with K_i ~ U(K/2, K), c_i ~ U(C/2, C) drawn per seed
   # (paper Fig. 5: 3, 4, 6), indices < C
-  buyers: tuple = setting((), each(at_least(0)))  # clients with c_i = buyer_cost (Fig. 5: 1, 2, 8, 9)
-  sellers: tuple = setting((), each(at_least(0)))  # pure sellers, K_i = c_i = 0 (Fig. 5: 0, 5, 7, 10, 11)
+  buyers: tuple = setting((), each(at_least(0)), elem=0)  # clients with c_i = buyer_cost (Fig. 5: 1, 2, 8, 9)
+  sellers: tuple = setting((), each(at_least(0)), elem=0)  # pure sellers, K_i = c_i = 0 (Fig. 5: 0, 5, 7, 10, 11)
   buyer_cost: float = setting(1000.0, at_least(0.0))  # a buyer's c_i (issue 13: 1000), ≥ 0
-  attackers: tuple = setting((), each(at_least(0)))  # clients that run ``attack`` (Fig. 4, 5); indices < C. With
+  attackers: tuple = setting((), each(at_least(0)), elem=0)  # clients that run ``attack`` (Fig. 4, 5); indices
+  # < C; empty with an attack: the last client (the paper introduces one attacker; Fig. 5's is the last). With
   # attack = none they are honest but still reported apart (excluded from the benign accuracy, their utility as
   # attacker_utility): a clean run's "before" figures
   attack: str = setting("none", one_of(*ATTACKS))  # what the attackers upload (module docstring, stage 3)
@@ -197,7 +198,7 @@ def roles(num_clients: int, settings: "IPFLConfig") -> dict:
     m = np.zeros((num_clients,), bool)
     m[list(indices)] = True
     return m
-  listed = mask(settings.attackers)
+  listed = mask(settings.attackers if settings.attackers or settings.attack == "none" else (num_clients - 1,))
   acting = listed if settings.attack != "none" else np.zeros((num_clients,), bool)
   free = acting if settings.attack in FREE_RIDES else np.zeros((num_clients,), bool)
   liar = np.zeros((num_clients,), bool)
@@ -563,7 +564,7 @@ def check_federation(name: str, config, num_clients: int) -> None:
 
 
 def _validate(settings: IPFLConfig, config) -> None:
-  """Two-field checks: every client has at most one role; an attack needs attackers."""
+  """Two-field checks: every client has at most one role."""
   from fedjax_sim.errors import ConfigError
   seen = {}
   for key in ("traders", "buyers", "sellers"):
@@ -571,9 +572,6 @@ def _validate(settings: IPFLConfig, config) -> None:
       if i in seen and seen[i] != key:
         raise ConfigError(f"client {i} is in both ipfl.{seen[i]} and ipfl.{key}; give each client one role")
       seen[i] = key
-  if settings.attack != "none" and not settings.attackers:
-    raise ConfigError(f"ipfl.attack = {settings.attack!r} needs ipfl.attackers, the clients that run it (e.g. "
-                      f"--set ipfl.attackers=9)")
 
 
 def _build(ctx: BuildContext) -> Algorithm:
