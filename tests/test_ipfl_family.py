@@ -138,7 +138,8 @@ def test_playground_roles_and_configs_validate():
   r = A.roles(12, A.IPFLConfig(**{k.split(".")[1]: v for k, v in A.PLAYGROUND.items()}))
   assert list(np.flatnonzero(r["trader"])) == [3, 4, 6] and list(np.flatnonzero(r["buyer"])) == [1, 2, 8, 9]
   assert list(np.flatnonzero(r["seller"])) == [0, 5, 7, 10] and list(np.flatnonzero(r["attacker"])) == [11]
-  for name in ("ipfl_compare", "ipfl_attacks", "ipfl_liars", "ipfl_cluster", "ipfl_skew"):
+  for name in ("ipfl_compare", "ipfl_attacks", "ipfl_liars", "ipfl_cluster", "ipfl_skew", "ipfl_shakespeare",
+               "ipfl_shakespeare_small"):
     validate(load_experiment(name))
   with pytest.raises(ConfigError, match="client 3 is in both ipfl.traders and ipfl.buyers"):
     apply_overrides(BASE, {"ipfl.traders": (3,), "ipfl.buyers": (3,)})

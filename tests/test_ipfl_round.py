@@ -379,12 +379,17 @@ def test_metrics_reducer_of_a_hand_made_history():
            "bought": np.array([[1, 0, 2], [1, 0, 1], [5, 5, 5]], np.float32),
            "trained": np.array([[1, 1, 1], [1, 0, 1], [1, 1, 1]], np.float32),
            "active": np.array([[1, 0, 1], [1, 0, 1], [1, 1, 1]], np.float32),
+           "payments": np.array([[1.0, -1.0, 0.0], [0.5, 0.0, -0.5], [9.0, 9.0, 9.0]]),
            "welfare": np.array([-0.5, 2.5, 27.0])}
   out = A.ipfl_metrics(extra, np.array([1.0, 1.0, 0.0]))  # round 3 did not run
   assert out["utility_sum"] == pytest.approx((3.0 - 2.0 + 1.0) / 3)
   assert out["best_accuracy"] == pytest.approx((0.4 + 0.5) / 2)  # client 1 has no test rows: skipped
   assert out["mean_degree"] == pytest.approx(5 / 5)
   assert out["welfare_sum"] == pytest.approx(2.0) and out["final_active"] == 2.0
+  assert out["payment_clients"] == pytest.approx([1.5, -1.0, -0.5])  # Σ_t p_i over the rounds that ran
+  assert out["utility_clients"] == pytest.approx([3.0, -2.0, 1.0])
+  assert out["min_round_utility"] == pytest.approx(-2.0)  # client 1 in round 1 (round 2: out of the market)
+  assert np.isnan(out["attacker_utility"]) and np.isnan(out["liar_utility"])  # no attacker, no liar
   assert A.ipfl_metrics({}, np.ones(3)) == {}
 
 
