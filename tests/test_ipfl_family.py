@@ -121,6 +121,7 @@ def test_an_attacker_uploads_noise_and_is_reported_apart(method):
   out = run(f"{method}_gauss", {"ipfl.attackers": (4,)}, rounds=1)
   e = out["metrics"][0].extra
   np.testing.assert_array_equal(e["benign"], [1, 1, 1, 1, 0])
+  assert int(out["metrics"][0].nonfinite_client) == 0  # a free rider's discarded training lane is not a fault
   flat = np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda x: x[4], out["states"][-1].params))[0])
   if method == "ipfl":  # the market keeps the upload as the attacker's model: N(0, 1) draws
     assert 0.7 < flat.std() < 1.3

@@ -67,7 +67,8 @@ import numpy as np
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, broadcast_clients, nonfinite_rows, require_federation
+from fedjax_sim.algorithms.base import (Algorithm, RoundMetrics, broadcast_clients, nonfinite_rows,
+                                        require_federation, weighted_average)
 from fedjax_sim.algorithms.ipfl import baselines as BL
 from fedjax_sim.algorithms.ipfl import market as M
 from fedjax_sim.algorithms.spec import BuildContext, MethodSpec
@@ -266,12 +267,6 @@ def attack_uploads(key, flat, r: dict, attack: str) -> jax.Array:
   return jnp.where(hit[:, None], bad, flat)
 
 
-def n_weighted_mean(flat, n, active) -> jax.Array:
-  """Σ_{active} n_i θ_i / Σ_{active} n_i, FedAvg's aggregate (``[P]``)."""
-  w = jnp.where(active, n, 0.0)
-  return jnp.matmul(w / jnp.maximum(jnp.sum(w), 1e-12), flat, precision=jax.lax.Precision.HIGHEST)
-
-
 def everyone(active) -> jax.Array:
   """The graph of a rule whose clients all buy from all (FedAvg, FedProx, Ditto): 1 between active clients."""
   c = active.shape[0]
@@ -334,21 +329,26 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
       own["cos"] = jnp.broadcast_to(later * h.pfedgraph_lam, (c,))
     return own
 
-  def fomo_losses(key, flat_models, unravel, federation):
-    """``[C, C]``: client i's mean loss of model j on ``fomo_rows`` of its train rows (drawn from ``key``)."""
+  def fomo_losses(key, flat_models, start, unravel, federation):
+    """``(cand [C, C], start_loss [C])``: client i's mean loss of uploaded model j, and of its own start model, on
+    the same ``fomo_rows`` of its train rows (drawn from ``key``)."""
     from fedjax_sim.algorithms.fbsfl.algorithm import report_positions
     rows = federation.rows
     c = flat_models.shape[0]
     pos, valid = jax.vmap(report_positions, in_axes=(0, 0, None))(jax.random.split(key, c), rows.n, m_rows)
     index = jnp.where(valid, rows.start[:, None] + pos, rows.x.shape[0] - 1)  # [C, m]
-    x = rows.x[index].reshape((c * m_rows,) + rows.x.shape[1:])
-    y = rows.y[index].reshape((c * m_rows,) + rows.y.shape[1:])
 
-    def of_model(flat_j):
-      per = loss_fn(model.apply(unravel(flat_j), x, False, None)[0], y).reshape(c, m_rows)
-      return jnp.sum(jnp.where(valid, per, 0.0), axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1)
+    def mean_loss(flat_j, x, y, ok):
+      """Mean loss of one flat model on rows ``x [..., m, ...]`` (``ok [..., m]`` the valid ones)."""
+      lead = ok.shape
+      per = loss_fn(model.apply(unravel(flat_j), x.reshape((-1,) + x.shape[len(lead):]), False, None)[0],
+                    y.reshape((-1,) + y.shape[len(lead):])).reshape(lead)
+      return jnp.sum(jnp.where(ok, per, 0.0), axis=-1) / jnp.maximum(jnp.sum(ok, axis=-1), 1)
 
-    return jax.lax.map(of_model, flat_models).T  # [C clients, C models]
+    x, y = rows.x[index], rows.y[index]  # [C, m, ...]
+    cand = jax.lax.map(lambda f: mean_loss(f, x, y, valid), flat_models).T  # [C clients, C models]
+    start_loss = jax.vmap(mean_loss)(start, x, y, valid)  # each client's own start model, on its own rows
+    return cand, start_loss
 
   def round_fn(key, state, federation, hyper, t):
     h = hyper.method
@@ -390,7 +390,7 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
     elif rule == "local":
       a, nxt = jnp.zeros((c, c), jnp.float32), flat
     elif rule in ("fedavg", "fedprox", "ditto"):
-      g = n_weighted_mean(flat, v["n_rep"], active)
+      g = weighted_average(flat, jnp.where(active, v["n_rep"], 0.0))  # FedAvg's n-weighted mean
       a = everyone(active)
       if rule == "ditto":
         nxt = jax.vmap(lambda p: ravel_pytree(p)[0])(trained)
@@ -416,8 +416,7 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
     elif rule == "fedfomo":
       chosen = BL.fedfomo_sample(k_fomo, state.affinity, settings.fomo_m, active)
       start = jax.vmap(lambda p: ravel_pytree(p)[0])(state.params)
-      cand = fomo_losses(k_rows, flat, unravel, federation)
-      start_loss = jnp.diagonal(fomo_losses(k_rows, start, unravel, federation))  # same rows as cand
+      cand, start_loss = fomo_losses(k_rows, flat, start, unravel, federation)
       w, nxt = BL.fedfomo_step(start, flat, start_loss, cand, chosen)
       w = jnp.where(active[:, None] & active[None, :], w, 0.0)
       nxt = jnp.where(active[:, None], nxt, flat)
@@ -454,7 +453,7 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
     if rule == "ditto":
       new["params"] = jax.tree_util.tree_map(keep(active), trained, state.params)
     return state.replace(**new), round_metrics(res, active, remaining, a, pay, u, acc, r, sent,
-                                               keep_graph=c <= GRAPH_CLIENTS)
+                                               keep_graph=c <= GRAPH_CLIENTS, trained_mask=trains)
 
   from fedjax_sim.data.federation import with_train_rows
   prepare = with_train_rows if rule == "fedfomo" else (lambda f: f)  # FedFomo scores neighbours on train rows
@@ -467,16 +466,17 @@ GRAPH_CLIENTS = 64
 ones would hold R·C² numbers."""
 
 
-def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, keep_graph: bool = True
-                  ) -> RoundMetrics:
+def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, keep_graph: bool = True,
+                  trained_mask=None) -> RoundMetrics:
   """The platform's fields over the clients in the market and, in ``extra``, the market's ``[C]`` arrays."""
   c = active.shape[0]
   a = a > 0
   bought = jnp.sum(a, axis=1).astype(jnp.float32)
   sold = jnp.sum(a, axis=0).astype(jnp.float32)
   count = jnp.sum(active)
+  trained_mask = active if trained_mask is None else trained_mask
   _, bad = nonfinite_rows((res.loss, res.params), c)
-  bad = bad & active
+  bad = bad & trained_mask  # free riders' discarded lanes do not count (their N(0, 1) upload is not trained)
   f32 = lambda x: jnp.asarray(x).astype(jnp.float32)  # noqa: E731
   return RoundMetrics(
       bytes=f32((count + jnp.sum(bought)) * sent * 4.0),
