@@ -121,10 +121,7 @@ def pareto_front(points):
 
 def plot_figures(summary: dict, out_dir: pathlib.Path) -> list:
   """Writes ``ranking.png`` (accuracy ranking) and ``pareto.png`` (accuracy–bandwidth frontier, log bytes)."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
+  plt = pyplot()
   methods = summary["methods"]
   names = sorted(methods, key=lambda n: methods[n]["auroc_mean"])
   fig, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1.2))
@@ -135,7 +132,7 @@ def plot_figures(summary: dict, out_dir: pathlib.Path) -> list:
   ax.set_xlim(max(0.0, lo - 0.05), 1.0)
   ax.set_xlabel("mean per-center test AUROC")
   ax.set_title("Accuracy ranking (paper 000 Fig. 3a layout)")
-  ranking = _save(plt, fig, out_dir / "ranking.png")
+  ranking = save_figure(plt, fig, out_dir / "ranking.png")
 
   fed = [n for n in methods if methods[n]["bandwidth_ratio"]]
   pts = [(methods[n]["bandwidth_ratio"], methods[n]["auroc_mean"]) for n in fed]
@@ -151,7 +148,7 @@ def plot_figures(summary: dict, out_dir: pathlib.Path) -> list:
   ax.set_xlabel("bytes relative to FedAvg (log scale)")
   ax.set_ylabel("mean per-center test AUROC")
   ax.set_title("Accuracy–bandwidth (paper 000 Fig. 3b layout)")
-  return [ranking, _save(plt, fig, out_dir / "pareto.png")]
+  return [ranking, save_figure(plt, fig, out_dir / "pareto.png")]
 
 
 def table1_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tuple:
@@ -160,11 +157,21 @@ def table1_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tuple
   return table1_markdown(summary), plot_figures(summary, out_dir)
 
 
-def _save(plt, fig, path: pathlib.Path) -> pathlib.Path:
+def pyplot():
+  """matplotlib's pyplot on the non-interactive Agg backend (reports write PNGs; no display is needed)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def save_figure(plt, fig, path: pathlib.Path) -> pathlib.Path:
+  """Writes ``fig`` to ``path`` (tight layout, 120 dpi), closes it and returns the path (every report's PNGs)."""
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
   return path
+
 
 
 # --- python -m fedjax_sim.report OUT --report NAME ------------------------------------------------------------

@@ -364,18 +364,7 @@ def table6_markdown(summary: dict, per_seed: dict) -> str:
 # --- figures ------------------------------------------------------------------------------------------------
 
 
-def _plt():
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  return plt
-
-
-def _save(plt, fig, path: pathlib.Path) -> pathlib.Path:
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return path
+from fedjax_sim.report import pyplot as _plt, save_figure as _save  # noqa: E402  (the reports' shared helpers)
 
 
 def plot_accuracy_curves(summary: dict, per_seed: dict, out_dir: pathlib.Path, names, path: str) -> list:

@@ -16,7 +16,8 @@ import pathlib
 
 import numpy as np
 
-from fedjax_sim.algorithms.fbsfl.report import _plt, _save, cell, effective_setting, mean_std, seed_values
+from fedjax_sim.algorithms.fbsfl.report import cell, effective_setting, mean_std, seed_values
+from fedjax_sim.report import pyplot as _plt, save_figure as _save
 
 COMPARE_ROWS = (("ipfl", "iPFL"), ("ipfl_local", "Local"), ("ipfl_fedavg", "FedAvg"), ("ipfl_fedprox", "FedProx"),
                 ("ipfl_ditto", "Ditto"), ("ipfl_fedamp", "FedAMP"), ("ipfl_cfl", "CFL"),
