@@ -426,3 +426,22 @@ def test_the_shipped_experiment_loads_and_validates():
   assert (lc.model, lc.optimizer, lc.learning_rate, lc.momentum, lc.weight_decay, lc.batch_size, lc.local_steps) == (
       "lenet", "sgd", 0.01, 0.9, 1e-5, 64, 200)
   assert (config.ipfl.lam, config.ipfl.eta, config.ipfl.gain_scale, config.ipfl.cost) == (0.001, 5.0, 5e5, 1.0)
+
+
+def test_a_free_riders_diverged_discarded_lane_is_not_a_fault():
+  """A free rider skips training: its lane is computed and discarded, and may diverge (it starts from its own
+  N(0, 1) upload). Neither the round's mean loss nor the fault column may see it (it stopped the Fig. 4 run);
+  a kept lane that diverges is still reported, by client."""
+  c = 3
+  res = type("Res", (), {})()
+  res.loss = jnp.asarray([0.5, 0.7, jnp.nan])
+  res.params = {"w": jnp.asarray([[1.0], [2.0], [jnp.inf]])}
+  active = jnp.ones((c,), bool)
+  zeros = jnp.zeros((c,))
+  roles = {"benign": jnp.asarray([True, True, False]), "liar": jnp.zeros((c,), bool)}
+  trains = jnp.asarray([True, True, False])
+  m = A.round_metrics(res, active, active, jnp.zeros((c, c)), zeros, zeros, zeros, roles, 1, trained_mask=trains)
+  np.testing.assert_allclose(float(m.train_loss), 0.6, rtol=1e-6)
+  assert int(m.nonfinite_client) == 0
+  m = A.round_metrics(res, active, active, jnp.zeros((c, c)), zeros, zeros, zeros, roles, 1)
+  assert int(m.nonfinite_client) == 3  # a kept lane: client 2, reported 1-based

@@ -480,7 +480,9 @@ def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, ke
   f32 = lambda x: jnp.asarray(x).astype(jnp.float32)  # noqa: E731
   return RoundMetrics(
       bytes=f32((count + jnp.sum(bought)) * sent * 4.0),
-      train_loss=jnp.sum(jnp.where(active, res.loss, 0.0)) / jnp.maximum(count, 1),
+      # over the clients whose training is kept: a free rider's discarded lane may diverge (its start model is
+      # its own N(0, 1) upload) and must not turn the round's mean loss into NaN (it stopped the Fig. 4 run)
+      train_loss=jnp.sum(jnp.where(trained_mask, res.loss, 0.0)) / jnp.maximum(jnp.sum(trained_mask), 1),
       rest_fraction=f32(jnp.mean((bought + sold) == 0)),
       mean_partners=f32(jnp.sum(bought) / jnp.maximum(count, 1)),
       active=jnp.asarray(1.0),
