@@ -173,7 +173,6 @@ def save_figure(plt, fig, path: pathlib.Path) -> pathlib.Path:
   return path
 
 
-
 # --- python -m fedjax_sim.report OUT --report NAME ------------------------------------------------------------
 
 

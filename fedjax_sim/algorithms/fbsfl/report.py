@@ -32,6 +32,8 @@ import pathlib
 
 import numpy as np
 
+from fedjax_sim.report import pyplot as _plt, save_figure as _save  # the reports' shared figure helpers
+
 # (method, label, paper 002 Table 2 CIFAR-10: mean, min, σ (percent), Jain, KL, C_tot)
 TABLE2_ROWS = (
     ("fbsfl_fedavg", "FedAvg", (71.2, 42.5, 13.1, 0.83, 0.19, 100.0)),
@@ -362,9 +364,6 @@ def table6_markdown(summary: dict, per_seed: dict) -> str:
 
 
 # --- figures ------------------------------------------------------------------------------------------------
-
-
-from fedjax_sim.report import pyplot as _plt, save_figure as _save  # noqa: E402  (the reports' shared helpers)
 
 
 def plot_accuracy_curves(summary: dict, per_seed: dict, out_dir: pathlib.Path, names, path: str) -> list:
