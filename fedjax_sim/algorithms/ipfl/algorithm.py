@@ -7,7 +7,10 @@ stage 4, the **rule** (``ipfl.rule``), differs — iPFL's market or one of the s
 comparison — so attacks, liars, roles, drop-out and the utility accounting apply to every row alike (issue 13:
 "utility is computed for every method from its own graph"):
 
-1. **Local training** of every client still in the market (free riders excepted: they skip it) from its start
+1. **Local training** of every client still in the market (free riders excepted: they skip it; their vmapped lane is
+   computed and discarded by a mask, not gathered out, since :func:`~fedjax_sim.engine.local.train_selected` needs a
+   static slot count and drop-outs change the number of trainers; the round's mean loss and fault check read kept
+   lanes only) from its start
    model with the experiment's learner (``learner.local_steps`` minibatch iterations, paper: 200; SGD momentum 0.9
    whose state ``client_update`` rebuilds every round, as the authors' per-round optimizer). The local objective
    adds the rule's term (:func:`local_regularizer`): κ_i/2 ‖θ − center_i‖² (iPFL from round 2: κ = λ/η, eq. 9;
