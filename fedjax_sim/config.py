@@ -55,9 +55,14 @@ class DataConfig:
   # client has at least this many rows (NIID-Bench; issue 13), ≥ 0
   split: str = setting("0.7,0.15,0.15")  # train/val/test fractions of each client's rows (SPEC §2.1: 70/15/15;
   # §4.5: 80/10/10), three positive numbers summing to 1
-  shared_test: bool = setting(False, one_of(True, False))  # image sources with a test file (Fashion-MNIST,
-  # CIFAR-10): also score every client on the source's whole test set, reweighted per class by the client's train
-  # label distribution (paper 003's evaluation, SPEC §5; issue 13); methods that read it say so (iPFL)
+  shared_test: bool = setting(False, one_of(True, False))  # also score every client on a shared test set: the
+  # source's whole test file (Fashion-MNIST, CIFAR-10), or held-out users (test_users), reweighted per class by the
+  # client's train label distribution (paper 003's evaluation, SPEC §5; issue 13); methods that read it say so (iPFL)
+  test_users: int = setting(0, at_least(0))  # natural partition with num_clients > 0 and shared_test: the next
+  # test_users groups by size (writers, roles) form the shared test set instead of a test file (LEAF's held-out
+  # users as paper 003 uses them: 20 FEMNIST writers, 10 Shakespeare roles; issue 13), ≥ 0 (0 = the test file)
+  test_rows_per_user: int = setting(0, at_least(0))  # test_users: rows kept per held-out user, evenly strided
+  # (small presets: scoring every client on every held-out row is most of a CPU round), ≥ 0 (0 = all)
   max_rows_per_client: int = setting(0, at_least(0))  # text data: windows kept per role (evenly strided), ≥ 0
   # (0 = all)
   data_seed: int = setting(0, SEED_RANGE)  # seed of the generator and of the train/val/test split (fixed across

@@ -76,9 +76,13 @@ def reweighted_accuracy(logits: jax.Array, labels: jax.Array, class_weights: jax
   client i's train rows in class k (SPEC §5 "Evaluation"; issue 13: the authors' code). Classes absent from the
   test set contribute nothing (their weight is dropped and the rest renormalized).
 
+  This equals weighting each test sample of class k by w_ik / q_k (q_k the test set's count of class k), LEAF's
+  "reweighted by train/test class frequencies" for held-out users (``data.test_users``). Token windows: every
+  position is a sample (labels ``[T, L]``, scores ``[C, T, L, K]``).
+
   Args:
-    logits: ``[C, T, K]`` every client's scores on the shared test set.
-    labels: ``[T]`` int test labels.
+    logits: ``[C, T, K]`` (or ``[C, T, L, K]``) every client's scores on the shared test set.
+    labels: ``[T]`` (or ``[T, L]``) int test labels.
     class_weights: ``[C, K]`` each client's train label distribution (rows sum to 1).
 
   Returns:
@@ -88,12 +92,16 @@ def reweighted_accuracy(logits: jax.Array, labels: jax.Array, class_weights: jax
 
 
 def reweighted_accuracy_of_predictions(pred: jax.Array, labels: jax.Array, class_weights: jax.Array) -> jax.Array:
-  """:func:`reweighted_accuracy` from ``[C, T]`` predicted classes (e.g. :func:`shared_predictions`)."""
+  """:func:`reweighted_accuracy` from ``[C, T]`` (or ``[C, T, L]``) predicted classes (e.g.
+  :func:`shared_predictions`). Per-class hits are segment sums (no ``[T, K]`` one-hot: a Shakespeare test set has
+  ~10⁶ positions)."""
   k = class_weights.shape[1]
-  onehot = jax.nn.one_hot(labels, k)  # [T, K]
-  hit = (pred == labels[None, :]).astype(jnp.float32)  # [C, T]
-  per_class = (hit @ onehot) / jnp.maximum(onehot.sum(0), 1.0)  # [C, K]
-  present = (onehot.sum(0) > 0).astype(jnp.float32)
+  labels = labels.reshape(-1)
+  hit = (pred.reshape(pred.shape[0], -1) == labels[None, :]).astype(jnp.float32)  # [C, T·L]
+  count = jax.ops.segment_sum(jnp.ones_like(labels, jnp.float32), labels, num_segments=k)  # [K]
+  hits = jax.vmap(lambda h: jax.ops.segment_sum(h, labels, num_segments=k))(hit)  # [C, K]
+  per_class = hits / jnp.maximum(count, 1.0)  # [C, K]
+  present = (count > 0).astype(jnp.float32)
   w = class_weights * present
   return jnp.sum(per_class * w, axis=1) / jnp.maximum(jnp.sum(w, axis=1), 1e-12)
 

@@ -320,6 +320,27 @@ def test_reweighted_accuracy_against_its_definition():
   np.testing.assert_allclose(got_hot, acc_k[np.arange(c), [3, 0, 4, 1]], atol=1e-6)
 
 
+def test_reweighted_accuracy_of_token_windows_weights_each_position_by_train_over_test_frequency():
+  """Sequences (LEAF Shakespeare held-out roles): every position is a sample weighted w_ik / q_k, q_k the test
+  count of its character (train/test class frequencies), normalized over the present classes."""
+  rng = np.random.default_rng(5)
+  c, t, length, k = 3, 7, 6, 4
+  logits = rng.normal(size=(c, t, length, k)).astype(np.float32)
+  labels = rng.integers(0, k - 1, size=(t, length)).astype(np.int32)  # class k−1 absent
+  weights = rng.dirichlet(np.ones(k), size=c).astype(np.float32)
+  got = np.asarray(reweighted_accuracy(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(weights)))
+  q = np.bincount(labels.ravel(), minlength=k)
+  for i in range(c):
+    pred = np.argmax(logits[i], -1)
+    num = den = 0.0
+    for a in range(t):
+      for b in range(length):
+        w = weights[i, labels[a, b]] / q[labels[a, b]]
+        num += w * (pred[a, b] == labels[a, b])
+        den += w
+    np.testing.assert_allclose(got[i], num / den, rtol=1e-5)
+
+
 # --- 6. learning-rate schedule (SPEC §4.5) ----------------------------------------------------------------------------
 
 

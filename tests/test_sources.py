@@ -589,6 +589,62 @@ def test_windows_shift_by_one_and_cap_evenly(texts, window, cap):
       assert decode_characters(data.y[row]) == clean[i + 1:i + window + 1]
 
 
+def play_with_roles(reps):
+  """A fabricated play whose role k says one sentence ``reps[k]`` times (roles ROLEA, ROLEB, ...)."""
+  names = [f"ROLE{chr(65 + i)}" for i in range(len(reps))]
+  persons = "\n".join(f"{n}, a lord." for n in names)
+  speeches = "\n\n".join(f"{n}.\n" + " ".join(["Speak the speech, I pray you, trippingly."] * r)
+                          for n, r in zip(names, reps))
+  return (f"THE PLAY OF ROLES\n\nby William Shakespeare\n\n\n\nPERSONS REPRESENTED.\n\n{persons}\n\n"
+          f"SCENE: A hall.\n\n\nACT I.\n\nSCENE I. A hall.\n\n{speeches}\n\nTHE END\n")
+
+
+def test_held_out_users_are_the_next_roles_by_size_and_weights_count_every_position(tmp_path):
+  """LEAF's protocol as paper 003 runs it (issue 13): the largest roles train, the next ``test_users`` roles are
+  the shared test set; the class weights are each client's train character frequencies over every position."""
+  from fedjax_sim.config import load_experiment
+  from fedjax_sim.data.labeled import labeled_federation
+  folder = tmp_path / "texts"
+  folder.mkdir()
+  (folder / "roles_gut.txt").write_text(play_with_roles([3, 9, 5, 7, 4, 6]))
+  cfg = load_experiment("ipfl_shakespeare_small", {"data.path": str(folder), "data.num_clients": 2,
+                                                    "data.test_users": 3, "data.max_rows_per_client": 0,
+                                                    "learner.batch_size": 4})
+  fed = labeled_federation(cfg)
+  assert fed.names == ("THE PLAY OF ROLES:ROLEB", "THE PLAY OF ROLES:ROLED")  # 9 and 7 sentences
+  roles = shakespeare_roles(str(folder))
+  held = shakespeare_windows({r: roles[f"THE PLAY OF ROLES:{r}"] for r in ("ROLEF", "ROLEC", "ROLEE")})
+  got = sorted(map(tuple, np.asarray(fed.shared_test.x)))
+  assert got == sorted(map(tuple, held.x))  # exactly the windows of the 3 next roles (6, 5 and 4 sentences)
+  np.testing.assert_array_equal(np.asarray(fed.shared_test.y)[:, :-1], np.asarray(fed.shared_test.x)[:, 1:])
+  # Weights: each client's train windows, every position's next character counted.
+  weights = np.asarray(fed.shared_test.class_weights)
+  for i in range(2):
+    bucket = next(b for b in fed.buckets if i in np.asarray(b.client_idx).tolist())
+    row = np.asarray(bucket.client_idx).tolist().index(i)
+    y = np.asarray(bucket.y)[row, :int(np.asarray(fed.n_train)[i])]
+    want = np.bincount(y.ravel(), minlength=80) / y.size
+    np.testing.assert_allclose(weights[i], want, rtol=1e-6)
+  # A cap per held-out user keeps evenly strided rows of each (⌊k·n/m⌋), every held-out role still present.
+  capped = labeled_federation(load_experiment("ipfl_shakespeare_small", {
+      "data.path": str(folder), "data.num_clients": 2, "data.test_users": 3, "data.max_rows_per_client": 0,
+      "data.test_rows_per_user": 10, "learner.batch_size": 4}))
+  want = []
+  for r in ("ROLEC", "ROLEE", "ROLEF"):
+    x = shakespeare_windows({r: roles[f"THE PLAY OF ROLES:{r}"]}).x
+    want += [tuple(x[(k * len(x)) // 10]) for k in range(10)]
+  assert sorted(map(tuple, np.asarray(capped.shared_test.x))) == sorted(want)
+  # Held-out users need the natural partition, a client count and shared_test; each miss is one ConfigError.
+  for bad, what in (({"data.shared_test": False}, "shared_test = true"),
+                    ({"data.partition": "iid"}, "partition = natural"),
+                    ({"data.num_clients": 0}, "num_clients ≥ 1")):
+    with pytest.raises(ConfigError, match=what):
+      labeled_federation(load_experiment("ipfl_shakespeare_small", {"data.path": str(folder), **bad}))
+  with pytest.raises(DataError, match="exceeds"):  # 6 roles < 2 + 5
+    labeled_federation(load_experiment("ipfl_shakespeare_small", {
+        "data.path": str(folder), "data.num_clients": 2, "data.test_users": 5, "data.max_rows_per_client": 0}))
+
+
 def test_shakespeare_missing_texts_say_how_to_install(tmp_path, monkeypatch):
   with pytest.raises(DataError) as info:
     load_shakespeare(str(tmp_path))

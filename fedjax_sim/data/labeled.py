@@ -38,8 +38,9 @@ def load_labeled(data) -> tuple:
   if data.source == "shakespeare":
     roles = sources.shakespeare_roles(data.path)
     if data.partition == "natural" and data.num_clients > 0:
-      # LEAF's protocol keeps the largest roles: choose them before windowing (all 1,169 roles' windows are 2.7 GB).
-      largest = sorted(roles, key=lambda r: (-len(roles[r]), r))[:data.num_clients]
+      # LEAF's protocol keeps the largest roles (and the next data.test_users as held-out users): choose them before
+      # windowing (all 1,169 roles' windows are 2.7 GB).
+      largest = sorted(roles, key=lambda r: (-len(roles[r]), r))[:data.num_clients + data.test_users]
       roles = {r: roles[r] for r in sorted(largest, key=lambda r: (-len(roles[r]), r))}
     return sources.shakespeare_windows(roles, max_windows_per_role=data.max_rows_per_client,
                                        description=f"Shakespeare next-character windows ({len(roles)} roles)"), None
@@ -135,8 +136,11 @@ def from_partition(data: LabeledData, parts: Sequence[np.ndarray], names: Sequen
   shared = None
   if shared_test is not None:
     from fedjax_sim.data.partition import class_histogram
-    y_lab = data.y if data.y.ndim == 1 else data.y[:, -1]
-    hist = class_histogram(y_lab, [s[0] for s in splits], data.num_classes).astype(np.float32)
+    # Token windows: every position is a scored sample (the next-character task's accuracy), so the weights count
+    # every position's label of the client's train windows.
+    y_lab = data.y.reshape(len(data.y), -1)
+    hist = sum(class_histogram(y_lab[:, j], [s[0] for s in splits], data.num_classes)
+               for j in range(y_lab.shape[1])).astype(np.float32)
     shared = SharedTest(x=jnp.asarray(shared_test.x), y=jnp.asarray(shared_test.y.astype(np.int32)),
                         class_weights=jnp.asarray(hist / np.maximum(hist.sum(1, keepdims=True), 1.0)))
   return Federation(buckets=tuple(buckets), x_val=x_val, y_val=y_val, m_val=m_val, x_test=x_test, y_test=y_test,
@@ -147,14 +151,56 @@ def from_partition(data: LabeledData, parts: Sequence[np.ndarray], names: Sequen
                                         [data.y[s[2]].astype(np.int32) for s in splits]))
 
 
+def check_shared_test(d) -> None:
+  """Checks ``data.test_users`` against the settings it needs, before anything is loaded.
+
+  Raises:
+    ConfigError: ``test_users`` without ``partition = natural``, ``num_clients`` ≥ 1 and ``shared_test = true``.
+  """
+  if d.test_users and not (d.partition == "natural" and d.num_clients > 0 and d.shared_test):
+    raise ConfigError(f"data.test_users = {d.test_users} holds out the next users after the data.num_clients largest "
+                      f"as the shared test set: it needs data.partition = natural (got {d.partition!r}), "
+                      f"data.num_clients ≥ 1 (got {d.num_clients}) and data.shared_test = true (got "
+                      f"{str(d.shared_test).lower()})")
+
+
+def held_out_users(train: LabeledData, num_clients: int, test_users: int, rows_per_user: int = 0) -> LabeledData:
+  """LEAF's held-out users as paper 003's code evaluates them: the rows of the ``test_users`` groups ranked right
+  after the ``num_clients`` largest (:func:`~fedjax_sim.data.partition.leaf_top_users`; issue 13: "train on the
+  top-N users by sample count, test on the next users (20 writers / 10 roles)"). ``rows_per_user`` > 0 keeps at
+  most that many rows of each held-out user, evenly strided from its first (row ⌊k·n/m⌋ of its n, k < m), as
+  :func:`~fedjax_sim.data.sources.shakespeare_windows` caps windows; 0 keeps all.
+
+  Raises:
+    ConfigError: the data has no natural groups.
+    DataError: fewer than ``num_clients + test_users`` groups.
+  """
+  from fedjax_sim.data import partition as P
+  if train.groups is None:
+    raise ConfigError("data.test_users needs data with natural clients (writers, roles): this source has none")
+  _, rows = P.leaf_top_users(train.groups, num_clients, test_users)
+  if rows_per_user:
+    kept = []
+    for g in np.unique(train.groups[rows]):
+      own = rows[train.groups[rows] == g]
+      m = min(rows_per_user, len(own))
+      kept.append(own[(np.arange(m) * len(own)) // m])
+    rows = np.sort(np.concatenate(kept))
+  return train.subset(rows)
+
+
 def labeled_federation(config) -> Federation:
   """The federation an image/text experiment names: load, partition, split, stack (nothing is downloaded)."""
   from fedjax_sim.config import _split_fractions
   d = config.data
+  check_shared_test(d)
   train, test = load_labeled(d)
-  if d.shared_test and test is None:
-    raise ConfigError(f"data.shared_test = true needs a source with a test file (fashion_mnist, cifar10); "
-                      f"{d.source!r} has none: set data.shared_test = false")
+  if d.test_users:
+    test = held_out_users(train, d.num_clients, d.test_users, d.test_rows_per_user)
+  elif d.shared_test and test is None:
+    raise ConfigError(f"data.shared_test = true needs a source with a test file (fashion_mnist, cifar10) or held-out "
+                      f"users (data.test_users ≥ 1 with partition natural); {d.source!r} has no test file: set "
+                      f"data.test_users or data.shared_test = false")
   parts, names = partition_rows(train, d)
   return from_partition(train, parts, names, seed=d.data_seed, split=_split_fractions(d.split),
                         batch_size=config.learner.batch_size, num_buckets=config.learner.num_buckets,
