@@ -7,3 +7,5 @@ See ``shared/SPEC.md`` (section numbers are cited as SPEC §N in docstrings).
 """
 
 __version__ = "0.1.0"
+
+from fedjax_sim import _threefry  # noqa: E402,F401  (threefry unrolled on CPU: compiles faster, same bits)

@@ -73,6 +73,8 @@ def _environment_digest() -> bytes:
   for name in _SETTINGS:
     h.update(f"{name}={getattr(jax.config, name, None)!r}\n".encode())
   h.update(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}\npython {sys.version_info[:2]}\n".encode())
+  from fedjax_sim import _threefry
+  h.update(f"threefry unrolled on cpu: {_threefry.UNROLLED}\n".encode())  # the traced program's form
   h.update(repr([(d.platform, d.device_kind, d.id) for d in jax.devices()]).encode())
   return h.digest()
 

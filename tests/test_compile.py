@@ -272,3 +272,55 @@ def test_group_count_keeps_equal_groups_within_the_slack_of_the_buckets_steps():
   grouped = sum(s * math.ceil(bounds[min(end, len(bounds)) - 1] / batch) for end in range(s, len(bounds) + s, s))
   own = sum(count * math.ceil(length / batch) for count, length in buckets)
   assert 3 < g < len(bounds) and grouped <= 1.15 * own
+
+
+# --- threefry unrolled on CPU (fedjax_sim/_threefry.py) ----------------------------------------------------------
+
+THREEFRY_SCRIPT = """
+import json, jax, jax.numpy as jnp, numpy as np
+import fedjax_sim
+from fedjax_sim import _threefry
+from fedjax_sim.config import load_experiment
+from fedjax_sim.experiment import RunOptions, build_federation, run_method
+f = jax.jit(lambda k: (jax.random.bits(k, (37,)), jax.random.uniform(k, (3, 5)), jax.random.permutation(k, 11)))
+cfg = load_experiment("fedavg", {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": "8,4",
+                                 "learner.num_buckets": 1, "learner.local_epochs": 1, "rounds": 2, "seeds": "1"})
+r = run_method("fedavg", cfg, build_federation(cfg, warn=lambda m: None), RunOptions())
+print(json.dumps({"unrolled": _threefry.UNROLLED,
+                  "whiles": f.lower(jax.random.key(3)).as_text().count("stablehlo.while"),
+                  "draws": [np.asarray(a).ravel().tolist() for a in f(jax.random.key(3))],
+                  "fedavg": r.per_seed[0]["val_auroc_curve"] + r.per_seed[0]["test_auroc_per_center"]}))
+"""
+
+
+def test_threefry_unrolled_on_cpu_gives_jax_rolled_bits_and_no_while_loop():
+  """The unrolled lowering (fedjax_sim/_threefry.py) changes the program's form, not one bit: the same draws and
+  the same FedAvg run as JAX's rolled CPU lowering (FEDJAX_SIM_THREEFRY=rolled), with no while loop per call."""
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = {}
+  for mode in ("", "rolled"):
+    env = dict(os.environ, FEDJAX_SIM_THREEFRY=mode, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", THREEFRY_SCRIPT], env=env, cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out[mode or "unrolled"] = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert out["unrolled"]["unrolled"] and not out["rolled"]["unrolled"]
+  assert out["unrolled"]["whiles"] == 0 and out["rolled"]["whiles"] >= 1  # the rolled form: a loop per call site
+  assert out["unrolled"]["draws"] == out["rolled"]["draws"]
+  assert out["unrolled"]["fedavg"] == out["rolled"]["fedavg"]  # bitwise, through a whole simulation
+
+
+def test_threefry_known_answers():
+  """Random123's known-answer vectors for threefry2x32 with 20 rounds (Salmon et al. 2011), through the lowering
+  this process uses (unrolled on CPU)."""
+  from jax._src.random.threefry2x32 import threefry_2x32
+  from fedjax_sim import _threefry
+  assert _threefry.UNROLLED
+  cases = [((0, 0), (0, 0), (0x6b200159, 0x99ba4efe)),
+           ((0xffffffff, 0xffffffff), (0xffffffff, 0xffffffff), (0x1cb996fc, 0xbb002be7)),
+           ((0x13198a2e, 0x03707344), (0x243f6a88, 0x85a308d3), (0xc4923a9c, 0x483df7a0))]
+  for key, count, want in cases:
+    got = jax.jit(threefry_2x32)(jnp.asarray(key, jnp.uint32), jnp.asarray(count, jnp.uint32))
+    assert [int(v) for v in np.asarray(got)] == list(want)
