@@ -15,7 +15,7 @@ from fedjax_sim.config import ExperimentConfig, LearnerConfig
 from fedjax_sim.data.datasets import LabeledData
 from fedjax_sim.data.labeled import from_partition
 from fedjax_sim.engine import local
-from fedjax_sim.engine.local import ClientContext, make_client_update
+from fedjax_sim.engine.local import make_client_update
 from fedjax_sim.algorithms import registry
 from fedjax_sim.tasks import task_for
 
