@@ -138,9 +138,9 @@ def from_partition(data: LabeledData, parts: Sequence[np.ndarray], names: Sequen
     from fedjax_sim.data.partition import class_histogram
     # Token windows: every position is a scored sample (the next-character task's accuracy), so the weights count
     # every position's label of the client's train windows.
-    y_lab = data.y.reshape(len(data.y), -1)
-    hist = sum(class_histogram(y_lab[:, j], [s[0] for s in splits], data.num_classes)
-               for j in range(y_lab.shape[1])).astype(np.float32)
+    width = int(np.prod(data.y.shape[1:], dtype=np.int64))  # 1 for class labels, L for token windows
+    positions = [(np.asarray(s[0])[:, None] * width + np.arange(width)).ravel() for s in splits]
+    hist = class_histogram(data.y.reshape(-1), positions, data.num_classes).astype(np.float32)
     shared = SharedTest(x=jnp.asarray(shared_test.x), y=jnp.asarray(shared_test.y.astype(np.int32)),
                         class_weights=jnp.asarray(hist / np.maximum(hist.sum(1, keepdims=True), 1.0)))
   return Federation(buckets=tuple(buckets), x_val=x_val, y_val=y_val, m_val=m_val, x_test=x_test, y_test=y_test,
