@@ -14,6 +14,13 @@ if "xla_cpu_enable_concurrency_optimized_scheduler" not in os.environ.get("XLA_F
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {SUITE_XLA_FLAGS}".strip()
 
+# JAX's rolled threefry lowering for the suite (FEDJAX_SIM_THREEFRY=rolled, inherited by subprocesses): at level 0
+# the unrolled form fedjax_sim registers for the CLI (fedjax_sim/_threefry.py) compiles slower, not faster
+# (tests/test_fbsfl_baselines.py, session 9, 2 quiet cores, alternating: rolled 57 / 63 s, unrolled 64 / 74 s),
+# and both forms give the same bits (tests/test_compile.py checks them against each other and Random123's known
+# answers). Set before fedjax_sim is imported.
+os.environ.setdefault("FEDJAX_SIM_THREEFRY", "rolled")
+
 import numpy as np  # noqa: E402
 import pytest
 

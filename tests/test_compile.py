@@ -276,6 +276,11 @@ def test_group_count_keeps_equal_groups_within_the_slack_of_the_buckets_steps():
 
 # --- threefry unrolled on CPU (fedjax_sim/_threefry.py) ----------------------------------------------------------
 
+# Random123's known-answer vectors for threefry2x32 with 20 rounds (Salmon et al. 2011): (key, count, output).
+THREEFRY_KNOWN = [((0, 0), (0, 0), (0x6b200159, 0x99ba4efe)),
+                  ((0xffffffff, 0xffffffff), (0xffffffff, 0xffffffff), (0x1cb996fc, 0xbb002be7)),
+                  ((0x13198a2e, 0x03707344), (0x243f6a88, 0x85a308d3), (0xc4923a9c, 0x483df7a0))]
+
 THREEFRY_SCRIPT = """
 import json, jax, jax.numpy as jnp, numpy as np
 import fedjax_sim
@@ -286,11 +291,14 @@ f = jax.jit(lambda k: (jax.random.bits(k, (37,)), jax.random.uniform(k, (3, 5)),
 cfg = load_experiment("fedavg", {"data.num_centers": 6, "data.total_stays": 900, "learner.hidden": "8,4",
                                  "learner.num_buckets": 1, "learner.local_epochs": 1, "rounds": 2, "seeds": "1"})
 r = run_method("fedavg", cfg, build_federation(cfg, warn=lambda m: None), RunOptions())
-print(json.dumps({"unrolled": _threefry.UNROLLED,
+from jax._src.random.threefry2x32 import threefry_2x32
+known = [jax.jit(threefry_2x32)(jnp.asarray(k, jnp.uint32), jnp.asarray(c, jnp.uint32)).tolist()
+         for k, c in %r]
+print(json.dumps({"unrolled": _threefry.UNROLLED, "known": known,
                   "whiles": f.lower(jax.random.key(3)).as_text().count("stablehlo.while"),
                   "draws": [np.asarray(a).ravel().tolist() for a in f(jax.random.key(3))],
                   "fedavg": r.per_seed[0]["val_auroc_curve"] + r.per_seed[0]["test_auroc_per_center"]}))
-"""
+""" % ([(k, c) for k, c, _ in THREEFRY_KNOWN],)
 
 
 def test_threefry_unrolled_on_cpu_gives_jax_rolled_bits_and_no_while_loop():
@@ -310,17 +318,7 @@ def test_threefry_unrolled_on_cpu_gives_jax_rolled_bits_and_no_while_loop():
   assert out["unrolled"]["whiles"] == 0 and out["rolled"]["whiles"] >= 1  # the rolled form: a loop per call site
   assert out["unrolled"]["draws"] == out["rolled"]["draws"]
   assert out["unrolled"]["fedavg"] == out["rolled"]["fedavg"]  # bitwise, through a whole simulation
+  for mode in out:  # both forms against Random123's known answers
+    assert out[mode]["known"] == [list(want) for _, _, want in THREEFRY_KNOWN], mode
 
 
-def test_threefry_known_answers():
-  """Random123's known-answer vectors for threefry2x32 with 20 rounds (Salmon et al. 2011), through the lowering
-  this process uses (unrolled on CPU)."""
-  from jax._src.random.threefry2x32 import threefry_2x32
-  from fedjax_sim import _threefry
-  assert _threefry.UNROLLED
-  cases = [((0, 0), (0, 0), (0x6b200159, 0x99ba4efe)),
-           ((0xffffffff, 0xffffffff), (0xffffffff, 0xffffffff), (0x1cb996fc, 0xbb002be7)),
-           ((0x13198a2e, 0x03707344), (0x243f6a88, 0x85a308d3), (0xc4923a9c, 0x483df7a0))]
-  for key, count, want in cases:
-    got = jax.jit(threefry_2x32)(jnp.asarray(key, jnp.uint32), jnp.asarray(count, jnp.uint32))
-    assert [int(v) for v in np.asarray(got)] == list(want)
