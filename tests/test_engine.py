@@ -118,7 +118,9 @@ def test_per_client_models_scored_by_size_group_equal_the_padded_splits():
   lengths = np.array([0, 1, 2, 12, 3, 7, 5, 12, 4])
   m = np.arange(v)[None, :] < lengths[:, None]
   x = rng.normal(size=(c, v, d)).astype(np.float32)
-  plan = eval_plan(m, num_buckets=3)
+  assert eval_plan(m, num_buckets=3) == ()  # a small split: scored whole (EVAL_PLAN_MIN_ROWS)
+  assert eval_plan(m, num_buckets=3, min_rows=c * v + 1) == () and eval_plan(m, num_buckets=3, min_rows=c * v)
+  plan = eval_plan(m, num_buckets=3, min_rows=0)
   assert sorted(np.concatenate([g for g, _ in plan]).tolist()) == list(range(c)) and len(plan) <= 3
   assert all(length == max(1, lengths[g].max()) for g, length in plan)
   for out_dim, score, y in ((1, batched_auroc, rng.integers(0, 2, (c, v)).astype(np.float32)),

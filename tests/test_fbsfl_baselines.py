@@ -240,7 +240,8 @@ def runs():
     hyper = registry.hyper_from_config(CONFIG, name)
     simulate = jax.jit(make_simulation(algorithm, model, ROUNDS, task_for(CONFIG, host).score,
                                        client_curves=registry.spec_of(name).client_curves,
-                                       eval_plans=(eval_plan(host.m_val), eval_plan(host.m_test))))
+                                       eval_plans=(eval_plan(host.m_val, min_rows=0),  # grouped, as at scale
+                                                   eval_plan(host.m_test, min_rows=0))))
     init = jax.jit(algorithm.init)(jax.random.split(jax.random.key(3))[0], fed, hyper)  # the simulation's init key
     out[name] = dict(algorithm=algorithm, model=model, fed=fed, hyper=hyper, init=init,
                      result=jax.device_get(simulate(jax.random.key(3), fed, hyper)))
