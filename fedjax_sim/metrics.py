@@ -182,7 +182,9 @@ def gini(x: jax.Array) -> jax.Array:
   is the same number: G ∈ [0, 1 − 1/N], 0 for equal shares. Decision: all zeros gives G = 0."""
   lorenz = lorenz_curve(x)
   n = lorenz.shape[-1] - 1
-  return jnp.maximum(1.0 - jnp.sum(lorenz[1:] + lorenz[:-1]) / n, 0.0)
+  g = jnp.maximum(1.0 - jnp.sum(lorenz[1:] + lorenz[:-1]) / n, 0.0)
+  # All zeros by the decision, not through the equality line's float32 sum (1 − Σ(2k−1)/N² rounds to 6e-8 at N = 13).
+  return jnp.where(jnp.sum(jnp.asarray(x, jnp.float32)) > 0, g, 0.0)
 
 
 def participation_fairness(extra: dict, active) -> dict:
