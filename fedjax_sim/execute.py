@@ -23,6 +23,7 @@ from fedjax_sim.build import seed_keys
 from fedjax_sim.checkpoint import RunCheckpoints
 from fedjax_sim.config import ExperimentConfig, config_for_method
 from fedjax_sim.data.federation import Federation, eval_plan
+from fedjax_sim.engine.local import with_train_store
 from fedjax_sim.engine.placement import make_placement
 from fedjax_sim.engine.simulate import Program, simulation_parts
 from fedjax_sim.errors import NumericalFault
@@ -203,7 +204,7 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
     check_federation(name, point, federation.num_clients)
   static = structural_config(config, options.sweep)
   algorithm, model = build_method(name, static, federation)
-  fed = algorithm.prepare(federation)
+  fed = with_train_store(algorithm.prepare(federation))  # flat train rows for one-body training (issue 11)
   seeds = list(config.seeds)
   runs = len(points) * len(seeds)
   keys = seed_keys([s for _ in points for s in seeds])  # run r = point r // S, seed r % S

@@ -65,6 +65,31 @@ def test_flat_store_orders_are_each_clients_bucket_permutation(fed):
       np.testing.assert_array_equal(np.asarray(store.x[start[i]:start[i] + n]), np.asarray(b.x)[pos, :n])
 
 
+def test_rows_store_draws_the_flat_stores_batches(fed):
+  """The store over the federation's flat train rows (prepared once, outside the program) gives every client the
+  same rows in the same order each epoch as the store copied from the buckets inside the round."""
+  keys = jax.random.split(jax.random.key(3), fed.num_clients)
+  blocks = [local.Block(b.client_idx, b.x, b.y, b.n) for b in fed.buckets]
+  flat, f_start = jax.device_get(jax.jit(lambda k: local._flat_store(blocks, k, EPOCHS))(keys))
+  rows = local.with_train_store(fed).rows
+  assert rows is not None and int(np.asarray(rows.owner)[-1]) == fed.num_clients
+  store, r_start = jax.device_get(jax.jit(lambda k: local._rows_store(rows, k, EPOCHS))(keys))
+  assert store.order.shape == (EPOCHS, int(np.sum(fed.n_train)) + 1)  # valid rows only, and the zero row
+  for i, n in enumerate(np.asarray(fed.n_train).tolist()):
+    for e in range(EPOCHS):
+      want = flat.x[flat.order[e, f_start[i]:f_start[i] + n]]
+      np.testing.assert_array_equal(store.x[store.order[e, r_start[i]:r_start[i] + n]], want)
+      np.testing.assert_array_equal(store.y[store.order[e, r_start[i]:r_start[i] + n]],
+                                    flat.y[flat.order[e, f_start[i]:f_start[i] + n]])
+
+
+def test_train_store_only_where_one_body_trains(fed, monkeypatch):
+  one_bucket = fed.replace(buckets=fed.buckets[:1])
+  assert local.with_train_store(one_bucket).rows is None  # one bucket: one vmapped body, no second copy
+  monkeypatch.setattr(local, "MAX_STORE_POSITIONS", 8)
+  assert local.with_train_store(fed).rows is None  # above the threshold the buckets train one body each
+
+
 def test_one_training_body_equals_one_body_per_bucket(fed):
   """The grouped path (one traced body) gives every client what its bucket's vmap gives: stacked starts, a
   regularizer reading the client's own pytree and the shared one, the round's cosine rate; and it traces the
@@ -93,12 +118,16 @@ def test_one_training_body_equals_one_body_per_bucket(fed):
   kw = dict(shared=init, own=own, hyper=hyper, t=jnp.asarray(3, jnp.int32), params_stacked=True)
   counts = {}
   results = {}
-  for name, fn in (("groups", local._train_by_groups), ("buckets", local._train_by_buckets)):
+  stored = local.with_train_store(fed)
+  for name, fn, f in (("groups", local._train_by_groups, fed), ("rows", local._train_by_groups, stored),
+                      ("buckets", local._train_by_buckets, fed)):
     traces["n"] = 0
-    results[name] = jax.device_get(jax.jit(lambda k, p: fn(cu, k, p, fed, **kw))(keys, stacked))
+    results[name] = jax.device_get(jax.jit(lambda k, p: fn(cu, k, p, f, **kw))(keys, stacked))
     counts[name] = traces["n"]
-  assert counts == {"groups": 1, "buckets": 3}
+  assert counts == {"groups": 1, "rows": 1, "buckets": 3}
   g, b = results["groups"], results["buckets"]
+  for u, v in zip(jax.tree_util.tree_leaves(results["rows"]), jax.tree_util.tree_leaves(g)):
+    np.testing.assert_array_equal(u, v)  # the same steps on the same rows
   for u, v in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(b)):
     np.testing.assert_allclose(u, v, atol=2e-6, rtol=0)
   np.testing.assert_array_equal(g.steps, EPOCHS * -(-np.asarray(fed.n_train) // BATCH))

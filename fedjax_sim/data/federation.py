@@ -46,15 +46,18 @@ class TrainBucket:
 
 @struct.dataclass
 class TrainRows:
-  """Every client's train rows in one flat store, for gathering any K of them (partial participation).
+  """Every client's train rows in one flat store, for gathering any K of them (partial participation) and for
+  a full round's one-body training.
 
-  Built on the host by :func:`with_train_rows`; :func:`fedjax_sim.engine.local.gather_rows` reads it.
+  Built on the host by :func:`with_train_rows`; :func:`fedjax_sim.engine.local.gather_rows` and
+  ``engine.local._rows_store`` read it.
   """
 
   x: jax.Array  # [R + 1, ...] train features of client 0, then client 1, ...; the last row is zeros (padding)
   y: jax.Array  # [R + 1, ...] train labels, the same order
   start: jax.Array  # [C] int32 first row of each client
   n: jax.Array  # [C] int32 rows of each client
+  owner: jax.Array  # [R + 1] int32 the client of each row; C on the trailing zero row
 
 
 @struct.dataclass
@@ -98,7 +101,7 @@ class Federation:
   meta_base: Optional[jax.Array] = None  # [C, 3] [pos_rate, log n_train, mean_admission_year / 2030] (SPEC §2.1);
   # None for data without clinical metadata
   meta_goal: Optional[jax.Array] = None  # [C, 15] meta_base + 12 Charlson prevalences (SPEC §2.1), or None
-  rows: Optional[TrainRows] = None  # flat train rows (partial participation), added by :func:`with_train_rows`
+  rows: Optional[TrainRows] = None  # flat train rows (K-of-N rounds, one-body training): :func:`with_train_rows`
   shared_test: Optional[SharedTest] = None  # a test set shared by every client, or None
   val_rows: Optional[EvalRows] = None  # the validation split flat (image/text data): shared-model scoring by rows
   test_rows: Optional[EvalRows] = None  # the test split flat
@@ -452,8 +455,9 @@ def pooled(federation: Federation) -> Federation:
 def with_train_rows(federation: Federation) -> Federation:
   """The federation with its flat train-row store (:class:`TrainRows`), built on the host from its buckets.
 
-  Decision: only methods that train a subset of clients per round ask for it
-  (through their ``prepare``), so full-participation runs carry no second copy.
+  Methods that train a subset of clients per round ask for it (through their ``prepare``); a full round's
+  one-body training reads it too (:func:`fedjax_sim.engine.local.with_train_store` adds it where that path
+  runs), so large federations that train by buckets carry no second copy.
   """
   if federation.rows is not None:
     return federation
@@ -467,8 +471,9 @@ def with_train_rows(federation: Federation) -> Federation:
   x = np.concatenate(xs + [np.zeros((1,) + xs[0].shape[1:], xs[0].dtype)])
   y = np.concatenate(ys + [np.zeros((1,) + ys[0].shape[1:], ys[0].dtype)])
   start = np.concatenate([[0], np.cumsum(n)[:-1]]).astype(np.int32)
+  owner = np.repeat(np.arange(c + 1, dtype=np.int32), np.append(n, 1))
   return federation.replace(rows=TrainRows(x=jnp.asarray(x), y=jnp.asarray(y), start=jnp.asarray(start),
-                                           n=jnp.asarray(n.astype(np.int32))))
+                                           n=jnp.asarray(n.astype(np.int32)), owner=jnp.asarray(owner)))
 
 
 EVAL_CHUNK = 512

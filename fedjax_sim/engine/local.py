@@ -230,12 +230,12 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
 
 
 class TrainStore(NamedTuple):
-  """Every bucket's padded train rows in one flat store, and each epoch's batch order into it (one round).
+  """Every slot's train rows in one flat store, and each epoch's batch order into it (one round).
 
-  Built inside the round from the buckets (a copy of the train rows: the price of one body; it does not depend
-  on the round, so XLA may hoist it out of the round loop)."""
+  Either the federation's flat train rows (:func:`_rows_store`) or, where none were prepared, a copy of the
+  buckets' padded rows built inside the round (:func:`_flat_store`)."""
 
-  x: jax.Array  # [P, ...] bucket after bucket, client after client, each padded to its bucket's length
+  x: jax.Array  # [P, ...] slot after slot (client after client), valid rows first
   y: jax.Array  # [P, ...]
   order: jax.Array  # [E, P] int32: at a client's positions, its epoch's permutation of its valid rows (store rows)
 
@@ -252,14 +252,9 @@ class Block(NamedTuple):
 def _flat_store(blocks, keys: jax.Array, epochs: int) -> tuple:
   """The round's :class:`TrainStore` of ``blocks`` and each slot's first position in it ``[M]`` (``keys [M]``).
 
-  Epoch orders are those ``client_update`` draws on the slot's padded rows: ``k_perm, _ = split(split(key_i,
-  E)[e])``, then the ``argsort`` of ``uniform(k_perm, (L_b,))`` with the padding rows last. They are computed for
-  every block at once, one random-bits op and one sort over the store's positions, because every random-op site
-  costs XLA:CPU about 0.3 s of compile and every block had three and a sort (issue 11: six buckets' permutations
-  were 10 of a FedAvg program's 18 s of compile).
-  With the partitionable threefry (the default), element ``j`` of ``uniform(k, (L,))`` is a function of ``k``
-  and ``j`` alone (:func:`uniform_bits_at`), so one op can draw every slot's elements at its own positions;
-  sorting by (slot, bits) with the position as a stable tie-break is that ``argsort``. Tested against it.
+  Epoch orders are those ``client_update`` draws on the slot's padded rows (:func:`_epoch_orders`). The store
+  copies every block's rows: the price of one body where no flat train rows were prepared (:func:`_rows_store`
+  reads the federation's own).
   """
   xs, ys, owner, segment, local, counts = [], [], [], [], [], []
   start = jnp.zeros((keys.shape[0],), jnp.int32)
@@ -280,18 +275,52 @@ def _flat_store(blocks, keys: jax.Array, epochs: int) -> tuple:
     ys.append(b.y.reshape((cb * lb,) + b.y.shape[2:]))
     offset += cb * lb
     seg_id += cb
-  owner = jnp.concatenate(owner)
-  segment, local = jnp.concatenate(segment), jnp.concatenate(local)
+  local = jnp.concatenate(local)
+  order = _epoch_orders(keys, epochs, jnp.concatenate(owner), local, jnp.concatenate(segment),
+                        local < jnp.concatenate(counts))
+  return TrainStore(x=jnp.concatenate(xs), y=jnp.concatenate(ys), order=order), start
+
+
+def _rows_store(rows, keys: jax.Array, epochs: int) -> tuple:
+  """The round's :class:`TrainStore` over the federation's flat train rows (:class:`TrainRows`, built once on
+  the host) and each client's first row ``[C]`` (``keys [C]``, client order).
+
+  Issue 11: the store of :func:`_flat_store` copies every bucket's padded rows inside the round, and XLA:CPU
+  compiles those concatenations (and the padded positions' hashes and sort) into every round's body although
+  they do not depend on the round. Here the rows are an argument of the program and only the epoch orders are
+  drawn per round, over the valid rows alone. A client's order is the same permutation of the same rows as
+  :func:`_flat_store`'s (its padding rows sorted last there are never read), so training is the same: tested.
+  """
+  c = keys.shape[0]
+  owner = rows.owner  # [R + 1]; C on the trailing zero row
+  client = jnp.minimum(owner, c - 1)
+  local = (jax.lax.iota(jnp.int32, owner.shape[0]) - rows.start[client]).astype(jnp.uint32)
+  order = _epoch_orders(keys, epochs, client, local, owner, owner < c)
+  return TrainStore(x=rows.x, y=rows.y, order=order), rows.start
+
+
+def _epoch_orders(keys: jax.Array, epochs: int, slot: jax.Array, local: jax.Array, segment: jax.Array,
+                  valid: jax.Array) -> jax.Array:
+  """``[E, P]`` int32: at each slot's positions, its epoch's permutation of its valid positions, invalid last.
+
+  ``slot [P]``: whose key draws position p; ``local [P]`` uint32: p's index within its slot's rows; ``segment
+  [P]``: the sort's first key (contiguous runs of positions); ``valid [P]``. Epoch orders are those
+  ``client_update`` draws: ``k_perm, _ = split(split(key_i, E)[e])``, then the ``argsort`` of ``uniform(k_perm,
+  (L,))`` with the padding rows last. They are computed for every slot at once, one random-bits op and one sort
+  over the store's positions, because every random-op site costs XLA:CPU about 0.3 s of compile and every block
+  had three and a sort (issue 11: six buckets' permutations were 10 of a FedAvg program's 18 s of compile).
+  With the partitionable threefry (the default), element ``j`` of ``uniform(k, (L,))`` is a function of ``k``
+  and ``j`` alone (:func:`uniform_bits_at`), so one op can draw every slot's elements at its own positions;
+  sorting by (segment, bits) with the position as a stable tie-break is that ``argsort``. Tested against it.
+  """
   k_perm = jax.vmap(lambda k: jax.vmap(lambda ek: jax.random.split(ek)[0])(jax.random.split(k, epochs)))(keys)
-  kd = jax.random.key_data(k_perm)[owner]  # [P, E, 2] each position's slot's epoch keys
+  kd = jax.random.key_data(k_perm)[slot]  # [P, E, 2] each position's slot's epoch keys
   bits = uniform_bits_at(jnp.moveaxis(kd, 1, 0), local[None, :])  # [E, P]
-  valid = local[None, :] < jnp.concatenate(counts)[None, :]
-  sort_key = jnp.where(valid, bits, jnp.uint32(0xFFFFFFFF))  # padding rows last, as u = 2.0 puts them
+  sort_key = jnp.where(valid[None, :], bits, jnp.uint32(0xFFFFFFFF))  # padding rows last, as u = 2.0 puts them
   seg = jnp.broadcast_to(segment, sort_key.shape)
   pos = jax.lax.broadcasted_iota(jnp.int32, sort_key.shape, 1)
   _, _, order = jax.lax.sort((seg, sort_key, pos), dimension=1, is_stable=True, num_keys=2)
-  store = TrainStore(x=jnp.concatenate(xs), y=jnp.concatenate(ys), order=order)
-  return store, start
+  return order
 
 
 def uniform_bits_at(key_data: jax.Array, j: jax.Array) -> jax.Array:
@@ -339,6 +368,20 @@ def local_train(client_update: Callable, key: jax.Array, params, federation: Fed
                params_stacked=params_stacked)
 
 
+def with_train_store(federation: Federation) -> Federation:
+  """The federation with its flat train rows where a full round trains by one body (several buckets, at most
+  :data:`MAX_STORE_POSITIONS` padded positions), so that :func:`local_train` reads them instead of copying the
+  buckets into a store every round (issue 11: a loop-invariant copy compiled into the round). Applied once,
+  outside the program, by :func:`fedjax_sim.execute.prepare_method`. Decision: the unpadded copy (no larger than
+  the buckets' rows) stays on the device for the run; above the threshold the buckets train one body each and
+  no copy is made."""
+  from fedjax_sim.data.federation import with_train_rows
+  positions = sum(b.x.shape[0] * b.x.shape[1] for b in federation.buckets)
+  if len(federation.buckets) > 1 and positions <= MAX_STORE_POSITIONS:
+    return with_train_rows(federation)
+  return federation
+
+
 MAX_STORE_POSITIONS = 2 ** 18
 """Largest flat store (padded train rows) trained by the one body. Finding (issue 11): XLA constant-folds the
 store's position arithmetic at a cost that grows with its size; at 10,000 centers (1.27 M positions) the one-body
@@ -369,11 +412,15 @@ def _train_by_groups(client_update: Callable, keys, params, federation: Federati
                      params_stacked: bool) -> ClientResult:
   """Every client of a full round trained by ONE traced body (issue 11 item 1): :func:`_train_slots` over the
   size buckets, with as many groups as buckets."""
-  blocks = [Block(b.client_idx, b.x, b.y, b.n) for b in federation.buckets]
+  if federation.rows is not None:  # prepared once outside the program (:func:`with_train_store`)
+    store, start = _rows_store(federation.rows, keys, client_update.epochs)
+  else:
+    store, start = _flat_store([Block(b.client_idx, b.x, b.y, b.n) for b in federation.buckets], keys,
+                               client_update.epochs)
   n = federation.n_train.astype(jnp.int32)
   order = jnp.argsort(n, stable=True).astype(jnp.int32)  # groups of similar sizes
   groups = group_count([(b.x.shape[0], b.x.shape[1]) for b in federation.buckets], client_update.batch_size)
-  return _train_slots(client_update, keys, params, n, blocks, order, groups, shared=shared, own=own,
+  return _train_slots(client_update, keys, params, n, store, start, order, groups, shared=shared, own=own,
                       hyper=hyper, t=t, params_stacked=params_stacked)
 
 
@@ -399,21 +446,21 @@ def group_count(buckets, batch_size: int, slack: float = 1.15, most: int = 256) 
   return min(g, c)
 
 
-def _train_slots(client_update: Callable, keys, params, n, blocks, order, groups: int, *, shared, own, hyper, t,
-                 params_stacked: bool) -> ClientResult:
+def _train_slots(client_update: Callable, keys, params, n, store: TrainStore, start, order, groups: int, *, shared,
+                 own, hyper, t, params_stacked: bool) -> ClientResult:
   """``M`` slots (clients, or a round's selected clients) trained by ONE traced body.
 
   The slots, taken in ``order`` (by size), are cut into ``groups`` groups of S = ⌈M / groups⌉; a ``lax.map``
-  runs the body, vmapped over a group's slots, once per group, on rows read from the round's flat store of
-  ``blocks`` (:func:`_flat_store`). A group's while loop runs to its longest slot's step count (vmap masks the
-  others' surplus iterations), so a round still costs about what one vmap per block costs, while the program
-  holds one training body instead of one per block: compile time no longer grows with the number of blocks.
+  runs the body, vmapped over a group's slots, once per group, on rows read from a flat ``store`` (slot ``i``'s
+  from position ``start[i]``: :func:`_flat_store` or :func:`_rows_store`). A group's while loop runs to its
+  longest slot's step count (vmap masks the others' surplus iterations), so a round still costs about what one
+  vmap per block costs, while the program holds one training body instead of one per block: compile time no
+  longer grows with the number of blocks.
   Dummy slots (when groups · S > M) have no rows, take no step, and are dropped. Results are ``[M]``.
   """
   m = keys.shape[0]
   g = min(groups, m)
   s = -(-m // g)
-  store, start = _flat_store(blocks, keys, client_update.epochs)
   ids = jnp.concatenate([order.astype(jnp.int32), jnp.full((g * s - m,), m, jnp.int32)]).reshape(g, s)
   ctx_axes = ClientContext(shared=None, own=0 if own is not None else None, hyper=None, t=None)
   body = jax.vmap(client_update.store_update,
@@ -521,8 +568,9 @@ def train_selected(client_update: Callable, key: jax.Array, params, federation: 
       data = gather_rows(rows, by_size[offset:offset + slots], length)
       blocks.append(Block(jnp.arange(offset, offset + slots, dtype=jnp.int32), data.x, data.y, data.n))
       offset += slots
+    store, start = _flat_store(blocks, keys[by_size], client_update.epochs)
     sorted_res = _train_slots(client_update, keys[by_size], take_clients(params, by_size) if params_stacked else
-                              params, federation.n_train[by_size].astype(jnp.int32), blocks,
+                              params, federation.n_train[by_size].astype(jnp.int32), store, start,
                               jnp.arange(k, dtype=jnp.int32), len(plan), shared=shared,
                               own=None if own is None else take_clients(own, by_size), hyper=hyper, t=t,
                               params_stacked=params_stacked)
