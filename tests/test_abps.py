@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_sim.algorithms.abps.algorithm import stacked_models
 from fedjax_sim.algorithms.registry import build_method, hyper_from_config, preset
 from fedjax_sim.config import ExperimentConfig, LearnerConfig, config_for_method
 from fedjax_sim.data.federation import from_cohorts
@@ -48,8 +49,9 @@ def test_round_accounting_and_resting(fed):
   s2, m2 = step(jax.random.key(1), state, fed, with_method(hyper, tau_acc=9.0), jnp.int32(1))
   assert float(m2.bytes) == 0.0 and float(m2.rest_fraction) == 1.0 and int(s2.pulls.sum()) == 0
   k_train = jax.random.split(jax.random.key(1), 3)[0]
-  local = local_train(algorithm_client_update(model), k_train, state.params, fed, hyper=hyper)
-  for a, b in zip(jax.tree_util.tree_leaves(s2.params), jax.tree_util.tree_leaves(local.params)):
+  local = local_train(algorithm_client_update(model), k_train, stacked_models(model, state.params), fed,
+                      hyper=hyper)
+  for a, b in zip(jax.tree_util.tree_leaves(stacked_models(model, s2.params)), jax.tree_util.tree_leaves(local.params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
@@ -63,7 +65,9 @@ def test_personalized_heads_stay_local_and_bf16_halves_bytes(fed):
   hyper = with_method(hyper, tau_acc=0.0)
   s1, m1 = jax.jit(algorithm.round)(jax.random.key(2), state, fed, hyper, jnp.int32(1))
   k_train = jax.random.split(jax.random.key(2), 3)[0]
-  local = local_train(algorithm_client_update(model), k_train, state.params, fed, hyper=hyper)
+  local = local_train(algorithm_client_update(model), k_train, stacked_models(model, state.params), fed,
+                      hyper=hyper)
+  s1 = s1.replace(params=stacked_models(model, s1.params))
   # The head (last layer) is each center's own; the body moved (was averaged with the partner).
   np.testing.assert_allclose(np.asarray(s1.params["head"]["kernel"]), np.asarray(local.params["head"]["kernel"]), atol=1e-6)
   assert not np.allclose(np.asarray(s1.params["hidden_0"]["kernel"]), np.asarray(local.params["hidden_0"]["kernel"]))

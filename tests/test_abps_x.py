@@ -10,6 +10,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from fedjax_sim.algorithms.abps import shapley
+from fedjax_sim.algorithms.abps.algorithm import stacked_models
 from fedjax_sim.engine.local import local_train, make_client_update
 from fedjax_sim.sweep import parse_sweep, structural_config
 from fedjax_sim.tasks import binary_task
@@ -129,6 +130,8 @@ def test_kappa_sweep_may_straddle_the_exact_limit():
 
 
 def flat_rows(tree, c):
+  if not isinstance(tree, dict):  # ABPS's state holds flat [C, P] models
+    return np.asarray(tree)
   return np.stack([np.asarray(ravel_pytree(jax.tree_util.tree_map(lambda a: a[i], tree))[0]) for i in range(c)])
 
 
@@ -156,10 +159,10 @@ def test_abps_x_momentum_and_resting_centers(fed, abps_x):
   new, metrics = step(key, state, fed, hyper, jnp.int32(1))
   k_train = jax.random.split(key, 3)[0]
   local = jax.jit(lambda kk, p: local_train(make_client_update(binary_task(model), batch_size=32, epochs=1), kk, p,
-                                            fed, hyper=hyper))(k_train, state.params)
+                                            fed, hyper=hyper))(k_train, stacked_models(model, state.params))
   theta, v0 = flat_rows(local.params, c), flat_rows(velocity, c)
   got, v1 = flat_rows(new.params, c), flat_rows(new.velocity, c)
-  template = jax.tree_util.tree_map(lambda a: a[0], state.params)
+  template = jax.tree_util.tree_map(lambda a: a[0], stacked_models(model, state.params))
   sent_layer = {name: jax.tree_util.tree_map(lambda a, sent=name == "hidden_0": np.full(a.shape, sent), layer)
                 for name, layer in template.items()}
   body = np.asarray(ravel_pytree(sent_layer)[0])

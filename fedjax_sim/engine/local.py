@@ -190,18 +190,18 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
   # what its selected clients need, not the bound. The same steps, keys and masks as the scan: same results.
   client_update.dynamic_steps = functools.partial(client_update, dynamic=True)
 
-  def store_update(key, params, store: "TrainStore", start, n, ctx: ClientContext) -> ClientResult:
+  def store_update(k_steps, params, store: "TrainStore", start, n, ctx: ClientContext) -> ClientResult:
     """The epochs protocol of ``client_update`` on rows read from a flat store (issue 11: one training body
     for every size bucket). The client's rows are ``store.x[start : start + L]`` and epoch ``e``'s batch
     order is ``store.order[e, start : start + n]`` (row indices into the store, drawn by
     :func:`_flat_store` exactly as ``client_update`` draws them); steps run in a while loop to this
-    client's own count, dropout keys ``fold_in(k_steps_e, s)`` as there. Same steps, rows, masks and keys:
+    client's own count, dropout keys ``fold_in(k_steps[e], s)`` as there (``k_steps [E]``: the epochs' step
+    keys, ``store.step_keys``). Same steps, rows, masks and keys:
     the same result as ``client_update`` on the client's bucket, up to float rounding of a differently
     shaped program."""
     opt = task.make_optimizer(ctx.hyper.learner, ctx.t)
     opt_state = opt.init(params)
     spe = (n + batch_size - 1) // batch_size
-    k_steps = jax.vmap(lambda k: jax.random.split(k)[1])(jax.random.split(key, epochs))  # [E]
     last = jnp.maximum(n - 1, 0)
 
     def body(c):
@@ -238,6 +238,7 @@ class TrainStore(NamedTuple):
   x: jax.Array  # [P, ...] slot after slot (client after client), valid rows first
   y: jax.Array  # [P, ...]
   order: jax.Array  # [E, P] int32: at a client's positions, its epoch's permutation of its valid rows (store rows)
+  step_keys: jax.Array  # [M, E] each slot's epoch keys of the minibatch steps (``split(split(key_i, E)[e])[1]``)
 
 
 class Block(NamedTuple):
@@ -276,9 +277,9 @@ def _flat_store(blocks, keys: jax.Array, epochs: int) -> tuple:
     offset += cb * lb
     seg_id += cb
   local = jnp.concatenate(local)
-  order = _epoch_orders(keys, epochs, jnp.concatenate(owner), local, jnp.concatenate(segment),
-                        local < jnp.concatenate(counts))
-  return TrainStore(x=jnp.concatenate(xs), y=jnp.concatenate(ys), order=order), start
+  order, k_steps = _epoch_orders(keys, epochs, jnp.concatenate(owner), local, jnp.concatenate(segment),
+                                 local < jnp.concatenate(counts))
+  return TrainStore(x=jnp.concatenate(xs), y=jnp.concatenate(ys), order=order, step_keys=k_steps), start
 
 
 def _rows_store(rows, keys: jax.Array, epochs: int) -> tuple:
@@ -295,13 +296,15 @@ def _rows_store(rows, keys: jax.Array, epochs: int) -> tuple:
   owner = rows.owner  # [R + 1]; C on the trailing zero row
   client = jnp.minimum(owner, c - 1)
   local = (jax.lax.iota(jnp.int32, owner.shape[0]) - rows.start[client]).astype(jnp.uint32)
-  order = _epoch_orders(keys, epochs, client, local, owner, owner < c)
-  return TrainStore(x=rows.x, y=rows.y, order=order), rows.start
+  order, k_steps = _epoch_orders(keys, epochs, client, local, owner, owner < c)
+  return TrainStore(x=rows.x, y=rows.y, order=order, step_keys=k_steps), rows.start
 
 
 def _epoch_orders(keys: jax.Array, epochs: int, slot: jax.Array, local: jax.Array, segment: jax.Array,
-                  valid: jax.Array) -> jax.Array:
-  """``[E, P]`` int32: at each slot's positions, its epoch's permutation of its valid positions, invalid last.
+                  valid: jax.Array) -> tuple:
+  """``([E, P] int32, [M, E] keys)``: at each slot's positions, its epoch's permutation of its valid positions,
+  invalid last; and each slot's epoch keys of the steps, from the same splits (drawn once, not again in the
+  training body: every random-op site costs compile).
 
   ``slot [P]``: whose key draws position p; ``local [P]`` uint32: p's index within its slot's rows; ``segment
   [P]``: the sort's first key (contiguous runs of positions); ``valid [P]``. Epoch orders are those
@@ -313,14 +316,15 @@ def _epoch_orders(keys: jax.Array, epochs: int, slot: jax.Array, local: jax.Arra
   and ``j`` alone (:func:`uniform_bits_at`), so one op can draw every slot's elements at its own positions;
   sorting by (segment, bits) with the position as a stable tie-break is that ``argsort``. Tested against it.
   """
-  k_perm = jax.vmap(lambda k: jax.vmap(lambda ek: jax.random.split(ek)[0])(jax.random.split(k, epochs)))(keys)
+  k_both = jax.vmap(lambda k: jax.vmap(jax.random.split)(jax.random.split(k, epochs)))(keys)  # [M, E, 2]
+  k_perm = k_both[:, :, 0]
   kd = jax.random.key_data(k_perm)[slot]  # [P, E, 2] each position's slot's epoch keys
   bits = uniform_bits_at(jnp.moveaxis(kd, 1, 0), local[None, :])  # [E, P]
   sort_key = jnp.where(valid[None, :], bits, jnp.uint32(0xFFFFFFFF))  # padding rows last, as u = 2.0 puts them
   seg = jnp.broadcast_to(segment, sort_key.shape)
   pos = jax.lax.broadcasted_iota(jnp.int32, sort_key.shape, 1)
   _, _, order = jax.lax.sort((seg, sort_key, pos), dimension=1, is_stable=True, num_keys=2)
-  return order
+  return order, k_both[:, :, 1]
 
 
 def uniform_bits_at(key_data: jax.Array, j: jax.Array) -> jax.Array:
@@ -420,7 +424,7 @@ def _train_by_groups(client_update: Callable, keys, params, federation: Federati
   n = federation.n_train.astype(jnp.int32)
   order = jnp.argsort(n, stable=True).astype(jnp.int32)  # groups of similar sizes
   groups = group_count([(b.x.shape[0], b.x.shape[1]) for b in federation.buckets], client_update.batch_size)
-  return _train_slots(client_update, keys, params, n, store, start, order, groups, shared=shared, own=own,
+  return _train_slots(client_update, params, n, store, start, order, groups, shared=shared, own=own,
                       hyper=hyper, t=t, params_stacked=params_stacked)
 
 
@@ -446,7 +450,7 @@ def group_count(buckets, batch_size: int, slack: float = 1.15, most: int = 256) 
   return min(g, c)
 
 
-def _train_slots(client_update: Callable, keys, params, n, store: TrainStore, start, order, groups: int, *, shared,
+def _train_slots(client_update: Callable, params, n, store: TrainStore, start, order, groups: int, *, shared,
                  own, hyper, t, params_stacked: bool) -> ClientResult:
   """``M`` slots (clients, or a round's selected clients) trained by ONE traced body.
 
@@ -458,7 +462,7 @@ def _train_slots(client_update: Callable, keys, params, n, store: TrainStore, st
   longer grows with the number of blocks.
   Dummy slots (when groups · S > M) have no rows, take no step, and are dropped. Results are ``[M]``.
   """
-  m = keys.shape[0]
+  m = start.shape[0]
   g = min(groups, m)
   s = -(-m // g)
   ids = jnp.concatenate([order.astype(jnp.int32), jnp.full((g * s - m,), m, jnp.int32)]).reshape(g, s)
@@ -470,7 +474,7 @@ def _train_slots(client_update: Callable, keys, params, n, store: TrainStore, st
     real = slot_ids < m
     i = jnp.minimum(slot_ids, m - 1)
     ctx = ClientContext(shared=shared, own=None if own is None else take_clients(own, i), hyper=hyper, t=t)
-    return body(keys[i], take_clients(params, i) if params_stacked else params, store, start[i],
+    return body(store.step_keys[i], take_clients(params, i) if params_stacked else params, store, start[i],
                 jnp.where(real, n[i], 0), ctx)
 
   res = jax.lax.map(group, ids)  # [G, S, ...]
@@ -569,7 +573,7 @@ def train_selected(client_update: Callable, key: jax.Array, params, federation: 
       blocks.append(Block(jnp.arange(offset, offset + slots, dtype=jnp.int32), data.x, data.y, data.n))
       offset += slots
     store, start = _flat_store(blocks, keys[by_size], client_update.epochs)
-    sorted_res = _train_slots(client_update, keys[by_size], take_clients(params, by_size) if params_stacked else
+    sorted_res = _train_slots(client_update, take_clients(params, by_size) if params_stacked else
                               params, federation.n_train[by_size].astype(jnp.int32), store, start,
                               jnp.arange(k, dtype=jnp.int32), len(plan), shared=shared,
                               own=None if own is None else take_clients(own, by_size), hyper=hyper, t=t,
