@@ -196,9 +196,8 @@ def make_client_update(task, *, batch_size: int, epochs: int, local_steps: Optio
     order is ``store.order[e, start : start + n]`` (row indices into the store, drawn by
     :func:`_flat_store` exactly as ``client_update`` draws them); steps run in a while loop to this
     client's own count, dropout keys ``fold_in(k_steps[e], s)`` as there (``k_steps [E]``: the epochs' step
-    keys, ``store.step_keys``). Same steps, rows, masks and keys:
-    the same result as ``client_update`` on the client's bucket, up to float rounding of a differently
-    shaped program."""
+    keys, a row of ``store.step_keys``). Same steps, rows, masks and keys: the same result as
+    ``client_update`` on the client's bucket, up to float rounding of a differently shaped program."""
     opt = task.make_optimizer(ctx.hyper.learner, ctx.t)
     opt_state = opt.init(params)
     spe = (n + batch_size - 1) // batch_size

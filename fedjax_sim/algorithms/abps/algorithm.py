@@ -122,12 +122,15 @@ class ABPSState:
   early: early_stop.EarlyStop  # best-validation flat models [C, P] and the stopping state
 
 
+def _unravel(template):
+  """``flat [P] -> params`` for a parameter template, in ``ravel_pytree`` order."""
+  return ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))[1]
+
+
 def stacked_models(model: Model, flat: jax.Array):
   """The ``[C, ...]`` parameter pytree of flat ``[C, P]`` models (:class:`ABPSState`'s ``params``, ``velocity``
   and best models), in ``ravel_pytree`` order of ``model``'s parameters."""
-  template = param_template(model)
-  _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
-  return jax.vmap(unravel)(flat)
+  return jax.vmap(_unravel(param_template(model)))(flat)
 
 
 def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") -> Algorithm:
@@ -164,7 +167,7 @@ def abps(model: Model, client_update, static: ABPSStatic, name: str = "abps") ->
   with κ_max ≤ ``exact_shapley_max`` every center is exact.
   """
   template = param_template(model)
-  _, unravel = ravel_pytree(jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), template))
+  unravel = _unravel(template)
   is_head, _ = ravel_pytree(jax.tree_util.tree_map(
       lambda h, s: jnp.full(s.shape, h), head_mask(template, static.head_layers), template))
   body = ~np.asarray(is_head, bool)  # [P] static: which entries are sent and averaged
