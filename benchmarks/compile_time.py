@@ -22,6 +22,7 @@ child process on the same machine (the "before" of a before/after, e.g. ``--rev 
 
     python benchmarks/compile_time.py                       # this checkout
     python benchmarks/compile_time.py --rev a8620e3 --json out.json
+    python benchmarks/compile_time.py --rev a8620e3 --methods abps_x --repeat 5   # alternating sides, medians
     python benchmarks/compile_time.py --rev a8620e3 --methods fedavg --centers 10000 --seeds 1 --rounds 3 --run-rounds 3
 
 The persistent compilation cache is switched off here (every figure is a cold compile).
@@ -29,9 +30,11 @@ The persistent compilation cache is switched off here (every figure is a cold co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +54,11 @@ def measure(methods, seeds=None, rounds=None, centers=0, run_rounds=0) -> list:
   from fedjax_sim.build import build_federation
   from fedjax_sim.config import load_experiment
   from fedjax_sim.experiment import RunOptions, prepare_method
+  try:  # the CLI traces and compiles with the garbage collector paused (PreparedMethod.compile)
+    from fedjax_sim.execute import gc_paused
+  except ImportError:  # a revision from before that
+    import contextlib
+    gc_paused = contextlib.nullcontext
   out = []
   for method in methods:
     overrides = {}
@@ -66,13 +74,14 @@ def measure(methods, seeds=None, rounds=None, centers=0, run_rounds=0) -> list:
     build_s = time.perf_counter() - t0
     prepared = prepare_method(config.methods[0], config, fed, RunOptions())
     p = prepared.program
-    t0 = time.perf_counter()
-    lowered = p.run.lower(prepared.keys, prepared.fed, prepared.hyper)
-    trace_s = time.perf_counter() - t0
-    text = lowered.as_text()
-    t0 = time.perf_counter()
-    compiled = lowered.compile()
-    compile_s = time.perf_counter() - t0
+    with gc_paused():
+      t0 = time.perf_counter()
+      lowered = p.run.lower(prepared.keys, prepared.fed, prepared.hyper)
+      trace_s = time.perf_counter() - t0
+      text = lowered.as_text()
+      t0 = time.perf_counter()
+      compiled = lowered.compile(getattr(prepared, "compile_options", None) or None)
+      compile_s = time.perf_counter() - t0
     consts = _constants(text)
     timing = _run_timing(prepared, compiled) if run_rounds else {}
     out.append(dict(method=method, centers=fed.num_clients, seeds=len(config.seeds), rounds=config.rounds, **timing,
@@ -138,19 +147,36 @@ def measure_in(tree: str, label: str, args) -> list:
   return rows
 
 
-def measure_rev(rev: str, args) -> list:
-  """The same measurement on revision ``rev``, in a temporary git worktree."""
+@contextlib.contextmanager
+def revision_tree(rev: str):
+  """A temporary git worktree of revision ``rev`` with this checkout's copy of the script (the revision may
+  predate it, or hold an older one): the "before" side of a before/after."""
   with tempfile.TemporaryDirectory(prefix="fedjax_sim-rev-") as tmp:
     tree = os.path.join(tmp, "tree")
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", tree, rev], check=True, capture_output=True)
     try:
-      # The revision may predate this script: run this checkout's copy on the revision's package.
       os.makedirs(os.path.join(tree, "benchmarks"), exist_ok=True)
       with open(os.path.abspath(__file__)) as src, open(os.path.join(tree, "benchmarks", "compile_time.py"), "w") as dst:
         dst.write(src.read())
-      return measure_in(tree, rev, args)
+      yield tree
     finally:
       subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
+
+
+def speedups(rows: list, rev: str) -> list:
+  """Per method: the median trace + XLA seconds of each side over the repetitions, their ratio, and the
+  range of the ratios of the pairs (repetition i's before over its after, timed back to back)."""
+  out = []
+  for method in dict.fromkeys(r["method"] for r in rows):
+    before = [r["total_s"] for r in rows if r["method"] == method and r["rev"] == rev]
+    after = [r["total_s"] for r in rows if r["method"] == method and r["rev"] == "checkout"]
+    if not before or not after:
+      continue
+    pairs = [b / a for b, a in zip(before, after)]
+    out.append(dict(method=method, repeats=len(pairs), before_s=statistics.median(before),
+                    after_s=statistics.median(after), speedup=statistics.median(before) / statistics.median(after),
+                    pair_min=min(pairs), pair_max=max(pairs)))
+  return out
 
 
 def main(argv=None) -> int:
@@ -162,6 +188,9 @@ def main(argv=None) -> int:
   ap.add_argument("--run-rounds", type=int, default=0,
                   help="also run the program and report s/round and evaluation s (the rounds are --rounds)")
   ap.add_argument("--rev", default=None, help="also measure this git revision (before/after in one run)")
+  ap.add_argument("--repeat", type=int, default=1,
+                  help="with --rev: measure both sides this many times, alternating (before, after, before, ...), "
+                       "and report medians: a VM's speed drifts between the sides of a single pair")
   ap.add_argument("--json", default=None, help="write every row here")
   ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = ap.parse_args(argv)
@@ -169,30 +198,32 @@ def main(argv=None) -> int:
   if args.child:
     measure(args.methods, args.seeds, args.rounds, args.centers, args.run_rounds)
     return 0
+  if args.repeat < 1:
+    print(f"error: --repeat must be at least 1 (got {args.repeat})", file=sys.stderr)
+    return 2
   machine = subprocess.run(["sh", "-c", "lscpu | sed -n 's/^Model name: *//p'; nproc"], capture_output=True,
                            text=True).stdout.split("\n")
   print(f"# machine: {machine[0].strip()}, {machine[1].strip()} cores", flush=True)
   rows = []
+  with (revision_tree(args.rev) if args.rev else contextlib.nullcontext()) as tree:
+    for i in range(args.repeat if args.rev else 1):
+      sides = ([(tree, args.rev)] if args.rev else []) + [(ROOT, "checkout")]
+      for where, label in sides:
+        print(f"# {'revision ' + label if where != ROOT else 'this checkout'} (repetition {i + 1})", flush=True)
+        for r in measure_in(where, label, args):
+          r["repetition"] = i + 1
+          print(json.dumps(r), flush=True)
+          rows.append(r)
   if args.rev:
-    print(f"# revision {args.rev}", flush=True)
-    rows += measure_rev(args.rev, args)
-    for r in rows:
-      print(json.dumps(r), flush=True)
-  print("# this checkout", flush=True)
-  here = measure_in(ROOT, "checkout", args)
-  for r in here:
-    print(json.dumps(r), flush=True)
-  rows += here
-  if args.rev:
-    print("\nmethod    before s  after s  speed-up   (trace + XLA compile)")
-    before = {r["method"]: r for r in rows if r["rev"] == args.rev}
-    for r in here:
-      b = before.get(r["method"])
-      if b:
-        print(f"{r['method']:<9} {b['total_s']:8.1f} {r['total_s']:8.1f} {b['total_s'] / r['total_s']:8.1f}×")
-        if "s_per_round" in r and "s_per_round" in b:
-          print(f"{'':9} round {b['s_per_round']:.3f} → {r['s_per_round']:.3f} s; evaluation {b['eval_s']:.4f} → "
-                f"{r['eval_s']:.4f} s")
+    print("\nmethod    before s  after s  speed-up   (trace + XLA compile; medians over repetitions, pairs' range)")
+    for s in speedups(rows, args.rev):
+      spread = f"   pairs {s['pair_min']:.1f}–{s['pair_max']:.1f}× over {s['repeats']}" if s["repeats"] > 1 else ""
+      print(f"{s['method']:<9} {s['before_s']:8.1f} {s['after_s']:8.1f} {s['speedup']:8.1f}×{spread}")
+    for r in (r for r in rows if r["rev"] == "checkout" and r["repetition"] == 1 and "s_per_round" in r):
+      b = next((b for b in rows if b["rev"] == args.rev and b["method"] == r["method"] and b["repetition"] == 1), {})
+      if "s_per_round" in b:
+        print(f"{r['method']:<9} round {b['s_per_round']:.3f} → {r['s_per_round']:.3f} s; evaluation "
+              f"{b['eval_s']:.4f} → {r['eval_s']:.4f} s")
   if args.json:
     with open(args.json, "w") as f:
       json.dump(rows, f, indent=1)

@@ -180,3 +180,19 @@ def test_table1_goes_on_after_a_failing_row(monkeypatch):
   assert t["run_sum_s"] == 6.0 and "2 row(s) failed: b, d" == t["error"]
   (row,) = bench.result_rows(rec.result)["table1"]
   assert "3 of 5 rows ok; failed: b, d" in row
+
+
+def test_compile_time_reports_medians_of_alternating_sides():
+  """``compile_time.py --repeat``: each side's median over the repetitions, their ratio and the pairs' range."""
+  sys.path.insert(0, str(ROOT / "benchmarks"))
+  try:
+    import compile_time
+  finally:
+    sys.path.remove(str(ROOT / "benchmarks"))
+  rows = [dict(method=m, rev=rev, total_s=t) for m, rev, t in [
+      ("abps_x", "old", 30.0), ("abps_x", "checkout", 10.0), ("abps_x", "old", 24.0), ("abps_x", "checkout", 12.0),
+      ("abps_x", "old", 33.0), ("abps_x", "checkout", 9.0), ("fedavg", "old", 20.0)]]
+  (s,) = compile_time.speedups(rows, "old")  # fedavg has no after side: no row
+  assert s["method"] == "abps_x" and s["repeats"] == 3
+  assert s["before_s"] == 30.0 and s["after_s"] == 10.0 and s["speedup"] == 3.0
+  assert s["pair_min"] == 2.0 and s["pair_max"] == 33.0 / 9.0
