@@ -173,3 +173,36 @@ def test_progress_display_shows_rounds_eta_and_val_auroc_only_on_a_terminal():
     bar.on_round(np.int32(t), np.array([0.5, 0.7]))
   bar.close()
   assert "fedavg" in tty.text and "10/10" in tty.text and "val AUROC 0.6000" in tty.text and "<" in tty.text
+
+
+def test_gc_paused_nests_across_threads_and_restores_the_collector():
+  """``execute.gc_paused``: the collector stays off until the last of nested (or concurrent) pauses ends, and is
+  left as it was found (a caller that had it off keeps it off)."""
+  import gc
+  import threading
+  from fedjax_sim.execute import gc_paused
+  assert gc.isenabled()
+  inner = threading.Event()
+  release = threading.Event()
+
+  def other():
+    with gc_paused():
+      inner.set()
+      release.wait(10)
+
+  with gc_paused():
+    assert not gc.isenabled()
+    t = threading.Thread(target=other)
+    t.start()
+    inner.wait(10)
+  assert not gc.isenabled()  # the thread's pause is still open
+  release.set()
+  t.join()
+  assert gc.isenabled()
+  gc.disable()
+  try:
+    with gc_paused():
+      pass
+    assert not gc.isenabled()
+  finally:
+    gc.enable()

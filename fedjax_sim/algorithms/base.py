@@ -68,10 +68,11 @@ def nonfinite_rows(tree, num_clients: int) -> tuple:
     if not jnp.issubdtype(leaf.dtype, jnp.floating):
       continue
     finite = jnp.isfinite(leaf)
-    any_bad = any_bad | ~jnp.all(finite)
     if leaf.ndim >= 1 and leaf.shape[0] == num_clients:
       bad = bad | ~jnp.all(finite.reshape(num_clients, -1), axis=1)
-  return any_bad, bad
+    else:
+      any_bad = any_bad | ~jnp.all(finite)
+  return any_bad | jnp.any(bad), bad
 
 
 def nonfinite_client(loss: jax.Array, params=None) -> jax.Array:
