@@ -8,4 +8,6 @@ See ``shared/SPEC.md`` (section numbers are cited as SPEC §N in docstrings).
 
 __version__ = "0.1.0"
 
+from fedjax_sim import _xla_flags  # noqa: E402
+_xla_flags.apply()  # XLA:CPU's concurrency-optimized scheduler off, before JAX's backend starts (multi-seed hangs)
 from fedjax_sim import _threefry  # noqa: E402,F401  (threefry unrolled on CPU: compiles faster, same bits)

@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     out_dir = pathlib.Path(args.out or f"runs/{config.name}")
 
     from fedjax_sim import _xla_flags
-    _xla_flags.apply_for(config)  # before JAX's backend starts (fedjax_sim/_xla_flags.py)
+    _xla_flags.apply()  # before JAX's backend starts (fedjax_sim/_xla_flags.py; import fedjax_sim did it too)
     import jax
     if args.distributed:
       jax.distributed.initialize()

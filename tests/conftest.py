@@ -6,8 +6,8 @@ import os
 # LLVM's effort, not the arithmetic XLA emits (no fast math either way), and the whole suite passes with it.
 # Set before JAX starts its backend (subprocesses inherit it); benchmarks and the CLI keep XLA's default.
 SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0"
-# The suite trains the character LSTM with several seeds in one process, so it switches XLA:CPU's concurrency-
-# optimized scheduler off process-wide, as the CLI does for such an experiment (fedjax_sim/_xla_flags.py).
+# XLA:CPU's concurrency-optimized scheduler off process-wide before anything imports JAX, as `import fedjax_sim`
+# does for every process (fedjax_sim/_xla_flags.py: multi-seed programs hung with it on); subprocesses inherit it.
 if "xla_cpu_enable_concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} "
                              "--xla_cpu_enable_concurrency_optimized_scheduler=false").strip()

@@ -556,7 +556,8 @@ def _build(ctx: BuildContext) -> Algorithm:
 
 CPU_OPTIONS = {"xla_cpu_multi_thread_eigen": False}
 """XLA:CPU compile options of every FBS-FL-family program: single-threaded Eigen, since five seeds vmapped hung
-(every worker idle) in 1 of 5 runs with XLA's defaults and in none of 4 with this (fedjax_sim/_xla_flags.py)."""
+(every worker idle) with the scheduler off and Eigen multi-threaded in session 6; the scheduler itself is off
+process-wide (``import fedjax_sim``), which is what stopped the session-14 hangs (fedjax_sim/_xla_flags.py)."""
 
 PRESETS = {
     "fbsfl": {},  # FBS-FL–EXP3, the main row of Table 2 (every [fbsfl] number at its paper default)
