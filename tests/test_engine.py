@@ -132,3 +132,48 @@ def test_per_client_models_scored_by_size_group_equal_the_padded_splits():
     grouped = evaluate(model, w, True, jnp.asarray(x), jnp.asarray(y), jnp.asarray(m), score, plan=plan)
     np.testing.assert_array_equal(np.asarray(grouped), np.asarray(padded))
     assert np.isnan(np.asarray(padded)).any() or score is batched_accuracy  # the empty client's AUROC is NaN
+
+
+def test_per_client_models_scored_in_pieces_equal_one_piece(monkeypatch):
+  """Stacked models on a split above EVAL_PIECE_ELEMENTS run a few whole clients at a time (lax.map; the last
+  piece padded by repeating the last client) and are scored whole: bit for bit the one-piece numbers, for AUROC
+  and accuracy, also under vmap over runs, with a client without rows, piece sizes that do and do not divide C,
+  and the LeNet."""
+  from fedjax_sim.engine import simulate
+  from fedjax_sim.engine.simulate import eval_pieces, evaluate
+  from fedjax_sim.metrics import batched_accuracy, batched_auroc
+  from fedjax_sim.models import Model
+
+  assert eval_pieces(230, 311 * 51) == 230  # the clinical split (ABPS-X's head models) stays one piece
+  assert eval_pieces(100, 320 * 784) == 16 and eval_pieces(10, 10**7) == 1
+  rng = np.random.default_rng(5)
+  c, v, d, k = 7, 6, 3, 4
+  m = np.arange(v)[None, :] < np.array([0, 1, 6, 3, 2, 6, 4])[:, None]
+  x = jnp.asarray(rng.normal(size=(c, v, d)).astype(np.float32))
+  model = Model(init=None, apply=lambda p, xb, train, key: (jnp.tanh(xb @ p[0]) @ p[1], None))
+  for out_dim, score, y in ((1, batched_auroc, rng.integers(0, 2, (c, v)).astype(np.float32)),
+                            (k, batched_accuracy, rng.integers(0, k, (c, v)).astype(np.int32))):
+    apply = model.apply if out_dim > 1 else (lambda p, xb, train, key: (model.apply(p, xb, train, key)[0][..., 0],
+                                                                        None))
+    mdl = Model(init=None, apply=apply)
+    w = (jnp.asarray(rng.normal(size=(2, c, d, 5)).astype(np.float32)),
+         jnp.asarray(rng.normal(size=(2, c, 5, out_dim)).astype(np.float32)))  # 2 runs × C client models
+    run = jax.vmap(lambda p: evaluate(mdl, p, True, x, jnp.asarray(y), jnp.asarray(m), score))
+    whole = np.asarray(run(w))
+    for per_piece in (1, 2, 3):  # 7 pieces, 4 (one padded), 3 (one padded)
+      monkeypatch.setattr(simulate, "EVAL_PIECE_ELEMENTS", per_piece * v * d)
+      assert eval_pieces(c, v * d) == per_piece
+      np.testing.assert_array_equal(np.asarray(run(w)), whole)
+    monkeypatch.undo()
+    assert np.isnan(whole).any() or score is batched_accuracy
+  # The LeNet (slice convolutions and a matmul): its logits per client do not depend on the piece either.
+  from fedjax_sim.models import zoo
+  lenet = zoo.lenet_model((28, 28, 1), 10)
+  images = jnp.asarray(rng.integers(0, 255, (5, 3, 28, 28, 1)).astype(np.uint8))
+  labels = jnp.asarray(rng.integers(0, 10, (5, 3)).astype(np.int32))
+  mask = jnp.asarray(np.arange(3)[None, :] < np.array([3, 0, 2, 3, 1])[:, None])
+  nets = jax.vmap(lenet.init)(jax.random.split(jax.random.PRNGKey(0), 5))
+  whole = np.asarray(evaluate(lenet, nets, True, images, labels, mask, batched_accuracy))
+  monkeypatch.setattr(simulate, "EVAL_PIECE_ELEMENTS", 2 * 3 * 28 * 28)
+  np.testing.assert_array_equal(np.asarray(evaluate(lenet, nets, True, images, labels, mask, batched_accuracy)),
+                                whole)

@@ -21,6 +21,7 @@ chunked run is bitwise the uninterrupted chunked run.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Optional
 
 import jax
@@ -73,6 +74,39 @@ class Outcome:
   fault: Fault
 
 
+EVAL_PIECE_ELEMENTS = 1 << 22
+"""Padded input elements (clients × rows × features) above which per-client models without a size plan are
+run in pieces of whole clients (:func:`evaluate`), one piece after another under ``lax.map``, and scored whole.
+
+Scoring C stacked models in one piece materializes every model's activations on every padded row at once. For the
+LeNet, whose convolutions are slices and a matmul (docs/PLATFORM.md, finding 4), the second convolution's patches
+are 8 × 8 × 150 floats a row, 12 × the image: Ditto behind FBS-FL's strategic layer (100 clients × 320 padded
+validation rows × 5 seeds) held 16.7 GB of XLA temporaries against FedAvg's 0.25 GB (``memory_analysis``, session
+16) and peaked at 18.7 GB on a 24 GiB machine. 2²² elements is 16 MiB of float32 input a piece: the clinical splits
+(230 × 311 × 51 = 3.6 M) stay one piece, exactly as before; a Fashion-MNIST split of 100 × 320 images is cut into
+pieces of 16 clients."""
+
+
+def eval_pieces(num_clients: int, per_client: int, budget: Optional[int] = None) -> int:
+  """Static: clients per piece so that a piece's padded input holds at most ``budget`` elements (default
+  :data:`EVAL_PIECE_ELEMENTS`; ≥ 1 client); ``num_clients`` (one piece) when the whole split fits."""
+  budget = EVAL_PIECE_ELEMENTS if budget is None else budget
+  return max(1, min(num_clients, budget // max(per_client, 1)))
+
+
+def _logits_in_pieces(model: Model, params, x, per_piece: int) -> jax.Array:
+  """Logits ``[C, n, ...]`` of stacked ``params`` on ``x [C, n, ...]``, ``per_piece`` clients at a time
+  (``lax.map``; the last piece repeats the last client to fill it, and the repeats are dropped). The logits are
+  bitwise :func:`client_scores`'s (each client's model sees the same rows in the same program shape per client);
+  the caller scores them whole, so the scores are too."""
+  c = x.shape[0]
+  pieces = -(-c // per_piece)
+  index = jnp.minimum(jnp.arange(pieces * per_piece, dtype=jnp.int32), c - 1).reshape(pieces, per_piece)
+  logits = jax.lax.map(lambda i: client_scores(model, jax.tree_util.tree_map(lambda a: a[i], params), True, x[i]),
+                       index)
+  return logits.reshape((pieces * per_piece,) + logits.shape[2:])[:c]
+
+
 def client_scores(model: Model, params, stacked: bool, x: jax.Array) -> jax.Array:
   """Logits of the deployed model(s) on ``x [C, n, ...]`` (no dropout) → ``[C, n, ...]``."""
   apply = lambda p, xc: model.apply(p, xc, False, None)[0]
@@ -88,7 +122,9 @@ def evaluate(model: Model, params, stacked: bool, x, y, m, score: Callable = bat
   cost of the rows rather than C × the longest split. Per-client models (``stacked``) with a ``plan``
   (:func:`~fedjax_sim.data.federation.eval_plan`, static) are scored group by group, each group's clients (and
   their models) gathered and cut to the group's length: the same numbers (masked rows never count), at the cost of
-  the groups' padded rows (issue 11 item 3).
+  the groups' padded rows (issue 11 item 3). Per-client models without a plan on a split larger than
+  :data:`EVAL_PIECE_ELEMENTS` run a piece of whole clients at a time and are scored whole: the same numbers,
+  bit for bit, at a fraction of the memory.
   """
   if stacked and plan:
     out = jnp.zeros((m.shape[0],), jnp.float32)
@@ -98,6 +134,10 @@ def evaluate(model: Model, params, stacked: bool, x, y, m, score: Callable = bat
       got = score(client_scores(model, mine, True, x[i, :length]), y[i, :length], m[i, :length])
       out = out.at[i].set(got.astype(jnp.float32))
     return out
+  if stacked:
+    per_piece = eval_pieces(m.shape[0], math.prod(x.shape[1:]))
+    if per_piece < m.shape[0]:
+      return score(_logits_in_pieces(model, params, x, per_piece), y, m)
   if not stacked and rows is not None and score_rows is not None:
     from fedjax_sim.data.federation import EVAL_CHUNK
     chunks = rows.x.shape[0] // EVAL_CHUNK
