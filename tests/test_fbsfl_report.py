@@ -80,6 +80,25 @@ def test_table2_normalizes_c_tot_to_fedavg_and_prints_percent_beside_the_paper()
   assert "FedProx" not in rows  # a row the run lacks is left out
 
 
+@pytest.mark.parametrize("source, dataset", [("shakespeare", "Shakespeare"), ("leaf_femnist", "FEMNIST"),
+                                             ("fashion_mnist", "CIFAR-10")])
+def test_the_papers_columns_are_the_runs_datasets_block(source, dataset):
+  summary, _ = run_outputs()
+  summary["config"]["data"]["source"] = source
+  t2, t4 = table_rows(R.table2_markdown(summary)), table_rows(R.table4_markdown(summary))
+  want = {"Shakespeare": ["51.3", "37.0", "8.1", "0.91", "0.09", "96.8"],  # paper 002 Table 2, FBS-FL–EXP3 rows
+          "FEMNIST": ["83.6", "67.5", "7.0", "0.93", "0.07", "97.4"],
+          "CIFAR-10": ["73.7", "53.4", "9.8", "0.92", "0.08", "96.3"]}[dataset]
+  assert t2["FBS-FL–EXP3"][7:] == want
+  assert t2["Oort"][7:][:2] == {"Shakespeare": ["51.4", "34.2"], "FEMNIST": ["83.8", "63.1"],
+                                "CIFAR-10": ["73.5", "45.3"]}[dataset]
+  assert t4["Independent Bernoulli"][8:10] == {"Shakespeare": ["9.7", "0.37"], "FEMNIST": ["9.6", "0.36"],
+                                               "CIFAR-10": ["9.7", "0.38"]}[dataset]
+  # the paper's dependent-rounding row is CIFAR-10's only
+  assert (t4["Dependent rounding"][8:] == ["9.7", "0.00", "10", "10", "73.7", "0.92"]) == (dataset == "CIFAR-10")
+  assert f"The paper's columns are its {dataset} rows" in R._seeds_note(summary)
+
+
 def test_claims_are_the_issues_targets_compared_on_the_rows():
   summary, _ = run_outputs()
   claims = {text: ok for text, ok, _ in R.table2_claims(summary)}

@@ -1,5 +1,5 @@
 """Paper 002's tables and figures from a run's outputs (issue 12 items 6–7): Tables 2–6 beside the paper's
-CIFAR-10 numbers, and Figures 1–3 as PNG.
+numbers, and Figures 1–3 as PNG.
 
 Two reports, declared by this package's :class:`~fedjax_sim.algorithms.spec.MethodSpec` (``report = "..."`` in an
 experiment config, or ``python -m fedjax_sim.report OUT --report NAME`` on a finished run):
@@ -22,8 +22,11 @@ nothing else; a row the run does not hold is left out. Decisions where the paper
 * **Figure 1 and Table 6 read the validation curve.** The platform scores the test split once, after the last
   round; the per-round curve is the mean validation accuracy of the deployed model (and, where the run recorded
   them, the per-client validation accuracies give Table 6's worst client and σ at the checkpoint).
-* **The paper's figures** beside ours are its CIFAR-10 rows; ours run Fashion-MNIST, the offline stand-in (SPEC
-  §2.2): the columns compare orderings and gaps, not levels.
+* **The paper's figures** beside ours are those of the run's dataset where the paper has them (:func:`paper_dataset`:
+  Table 2's Shakespeare and FEMNIST blocks and Table 4's Independent Bernoulli rows for Shakespeare and LEAF
+  sources), else its CIFAR-10 rows: Fashion-MNIST is the offline stand-in for CIFAR-10 (SPEC §2.2), and the
+  columns compare orderings and gaps, not levels. Tables 3, 5 and 6 exist for CIFAR-10 only; the small Shakespeare
+  preset (``fbsfl_shakespeare_small``) is not the paper's Shakespeare size, so its levels are not comparable either.
 """
 from __future__ import annotations
 
@@ -46,12 +49,33 @@ TABLE2_ROWS = (
 )
 BASELINES = tuple(name for name, _, _ in TABLE2_ROWS if name != "fbsfl")
 
+# paper 002 Table 2's other blocks, in TABLE2_ROWS' order: mean, min, σ (percent), Jain, KL, C_tot
+TABLE2_PAPER = {
+    "CIFAR-10": tuple(paper for _, _, paper in TABLE2_ROWS),
+    "FEMNIST": ((82.4, 61.2, 8.7, 0.86, 0.16, 100.0), (83.0, 62.5, 8.3, 0.86, 0.16, 100.0),
+                (82.1, 65.0, 7.4, 0.85, 0.17, 100.0), (83.2, 67.8, 6.9, 0.86, 0.16, 100.0),
+                (83.8, 63.1, 8.0, 0.78, 0.27, 102.1), (83.3, 63.6, 7.9, 0.82, 0.21, 101.0),
+                (83.6, 67.5, 7.0, 0.93, 0.07, 97.4)),
+    "Shakespeare": ((49.8, 32.4, 9.5, 0.81, 0.22, 100.0), (50.5, 33.7, 9.2, 0.81, 0.22, 100.0),
+                    (49.5, 36.1, 8.4, 0.80, 0.23, 100.0), (50.7, 37.5, 8.0, 0.81, 0.22, 100.0),
+                    (51.4, 34.2, 9.0, 0.74, 0.32, 102.6), (51.0, 34.8, 8.9, 0.78, 0.26, 101.3),
+                    (51.3, 37.0, 8.1, 0.91, 0.09, 96.8)),
+}
+PAPER_DATASET = {"shakespeare": "Shakespeare", "leaf_shakespeare": "Shakespeare", "leaf_femnist": "FEMNIST",
+                 "cifar10": "CIFAR-10"}
+"""``data.source`` → the paper's dataset whose figures a report prints; any other source (Fashion-MNIST, the
+stand-in) compares with CIFAR-10."""
+
 # (method, label, paper 002 Table 3: disagree %, MAE_μ, ε_BR, mean, worst, Jain, KL)
 TABLE3_ROWS = (
     ("fbsfl_br", "FBS-FL–BR", (0.0, 0.03, 0.00, 73.9, 53.8, 0.92, 0.08)),
     ("fbsfl_logit", "FBS-FL–Logit", (8.4, 0.05, 0.03, 73.8, 53.6, 0.92, 0.08)),
     ("fbsfl", "FBS-FL–EXP3", (12.7, 0.14, 0.07, 73.7, 53.4, 0.92, 0.08)),
 )
+
+# paper 002 Table 4's Independent Bernoulli rows of its other datasets (the paper's dependent-rounding row is
+# CIFAR-10's only): mean |I|, Pr(|I| > K), P95, max, mean acc, Jain
+TABLE4_INDEPENDENT = {"FEMNIST": (9.6, 0.36, 14, 17, 83.6, 0.93), "Shakespeare": (9.7, 0.37, 14, 16, 51.3, 0.91)}
 
 # (method, label, paper 002 Table 4 CIFAR-10: mean |I|, Pr(|I| > K), P95, max, mean acc, Jain)
 TABLE4_ROWS = (
@@ -153,7 +177,27 @@ def paired_ratio(summary: dict, name: str, reference: str, key: str = "c_tot"):
   return seed_values(summary, name, key) / np.where(ref > 0, ref, np.nan)
 
 
-def _seeds_note(summary: dict) -> str:
+def paper_dataset(summary: dict) -> str:
+  """The paper's dataset whose figures stand beside this run's (:data:`PAPER_DATASET`; CIFAR-10 by default)."""
+  return PAPER_DATASET.get(summary.get("config", {}).get("data", {}).get("source"), "CIFAR-10")
+
+
+def table2_rows(summary: dict) -> tuple:
+  """:data:`TABLE2_ROWS` with the paper's figures of :func:`paper_dataset`."""
+  block = TABLE2_PAPER[paper_dataset(summary)]
+  return tuple((name, label, paper) for (name, label, _), paper in zip(TABLE2_ROWS, block))
+
+
+def table4_rows(summary: dict) -> tuple:
+  """:data:`TABLE4_ROWS` with the paper's figures of :func:`paper_dataset` (None where the paper has no row)."""
+  dataset = paper_dataset(summary)
+  if dataset == "CIFAR-10":
+    return TABLE4_ROWS
+  return tuple((name, label, TABLE4_INDEPENDENT[dataset] if name == "fbsfl" else None)
+               for name, label, _ in TABLE4_ROWS)
+
+
+def _seeds_note(summary: dict, tables: str = "") -> str:
   cfg = summary.get("config", {})
   seeds = cfg.get("seeds", [])
   data = cfg.get("data", {})
@@ -161,7 +205,7 @@ def _seeds_note(summary: dict) -> str:
           f"{cfg.get('rounds', '?')} rounds, N = {summary.get('federation', {}).get('clients', '?')}, "
           f"K = {cfg.get('participation', {}).get('clients_per_round', '?')}, data.source = "
           f"{data.get('source', '?')} (partition {data.get('partition', '?')}). The paper's columns are its "
-          "CIFAR-10 rows (module docstring: compare orderings and gaps, not levels).")
+          f"{paper_dataset(summary)} rows{tables} (module docstring: compare orderings and gaps, not levels).")
 
 
 # --- Table 2 and the claims ---------------------------------------------------------------------------------
@@ -174,7 +218,7 @@ def table2_markdown(summary: dict) -> str:
   lines = ["| Method | Acc ↑ | Acc_min ↑ | σ_Acc ↓ | Jain ↑ | KL ↓ | C_tot† | paper Acc | paper Acc_min | "
            "paper σ | paper Jain | paper KL | paper C_tot |",
            "| --- " * 13 + "|"]
-  for name, label, paper in _present(summary, TABLE2_ROWS):
+  for name, label, paper in _present(summary, table2_rows(summary)):
     v = lambda k: seed_values(summary, name, k)  # noqa: E731
     ratio = paired_ratio(summary, name, "fbsfl_fedavg")
     c_tot = "—" if ratio is None else cell(ratio * 100.0)
@@ -263,7 +307,7 @@ def table4_markdown(summary: dict) -> str:
   metric = metric_name(summary)
   lines = ["| Row | Sampling | Mean \\|I_t\\| | Pr(\\|I_t\\| > K) | P95 | Max | Mean Acc. | Jain | paper Mean \\|I_t\\| | "
            "paper Pr | paper P95 | paper Max | paper Acc. | paper Jain |", "| --- " * 14 + "|"]
-  for name, label, paper in _present(summary, TABLE4_ROWS):
+  for name, label, paper in _present(summary, table4_rows(summary)):
     v = lambda k: seed_values(summary, name, k)  # noqa: E731
     sampling = effective_setting(summary, name, "fbsfl.rounding")
     p = paper or (None,) * 6
@@ -481,7 +525,8 @@ def ablations_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tu
       "## Paper 002 Table 4 (expected vs strict cap)", table4_markdown(summary),
       "## Paper 002 Table 5 (one component at a time)", table5_markdown(summary),
       "## Paper 002 Table 6 (matched accepted updates A*)", table6_markdown(summary, per_seed),
-      _seeds_note(summary)])
+      _seeds_note(summary, " in Table 4 (Tables 3, 5 and 6 are the paper's CIFAR-10 rows)"
+                  if paper_dataset(summary) != "CIFAR-10" else "")])
   return text, plot_ablations(summary, out_dir)
 
 
