@@ -201,3 +201,27 @@ def test_learning_rate_is_traced_optimizer_state():
   carry, (_, info, _, _) = run_rounds((frozen, carry[1]), jax.random.PRNGKey(12))
   assert float(info.updated.sum()) == 2.0 and int(carry[0].step) == 32
   chex.assert_trees_all_equal(carry[0].params, frozen.params)
+
+
+def test_train_state_pickles_to_an_equal_structure_and_goes_through_the_program_cache(tmp_path):
+  """The leader's TrainState (static ``apply_fn`` and optimizer) pickles to a tree structure equal to its own, so
+  the program cache can store a program whose carry holds it and call the loaded program on its own outputs
+  (before ``ppo.ModuleApply`` and the shared optimizer's ``__reduce__``, FBS-FL's program was never cached)."""
+  import pickle
+
+  from fedjax_sim import program_cache
+  state = ppo.init_train_state(jax.random.PRNGKey(0), MODEL, D)
+  structure = jax.tree_util.tree_structure(state)
+  assert pickle.loads(pickle.dumps(structure)) == structure
+  assert pickle.loads(pickle.dumps(ppo.LEADER_OPTIMIZER)) is ppo.LEADER_OPTIMIZER
+
+  def body(s):
+    return s.apply_gradients(grads=jax.tree_util.tree_map(jnp.ones_like, s.params))
+
+  first = program_cache.compile_program(body, (state,), ("ppo-test",), str(tmp_path))
+  again = program_cache.compile_program(body, (state,), ("ppo-test",), str(tmp_path))
+  assert first is not None and not first.hit and again.hit
+  out = again(again(state))  # the loaded program takes its own output: the structures agree
+  chex.assert_trees_all_equal(out.params, first(first(state)).params)  # the same program, stored and loaded
+  chex.assert_trees_all_close(out.params, body(body(state)).params, rtol=1e-5)  # and eager's numbers
+  assert int(out.step) == 2

@@ -215,7 +215,7 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
   slots = sum(s for s, _ in plan)
   sent = model_size(model)
   apply_fn = model.apply
-  actors = {}  # N → its ActorCritic: one module per N, so the TrainState's static apply_fn compares equal
+  actors = {}  # N → its ActorCritic, built once per N (the TrainState compares its apply_fn by value: ppo.ModuleApply)
   proxy_c, proxy_j = (jnp.asarray(a) for a in proxy)
   use_ppo = settings.selection == "ppo"
 

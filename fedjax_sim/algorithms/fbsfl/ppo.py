@@ -38,6 +38,7 @@ Decisions the paper leaves open (this module's brief, stated again where they ac
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import distrax
@@ -136,9 +137,40 @@ def _leader_optimizer(learning_rate, max_grad_norm) -> optax.GradientTransformat
   return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(learning_rate, eps=1e-5))
 
 
-LEADER_OPTIMIZER = optax.inject_hyperparams(_leader_optimizer)(learning_rate=3e-4, max_grad_norm=0.5)
+class _SharedOptimizer(optax.GradientTransformationExtraArgs):
+  """An optax transformation that pickles as a reference to :data:`LEADER_OPTIMIZER`.
+
+  optax's ``inject_hyperparams`` builds its ``init``/``update`` as local closures, which ``pickle`` cannot store,
+  and a :class:`TrainState` carries its ``tx`` in the carry's tree structure: without this, the program cache
+  (:mod:`fedjax_sim.program_cache`, which pickles a program's output structure) could not keep FBS-FL's traced
+  program, and every invocation traced it twice (the export attempt, then the usual compile)."""
+
+  def __reduce__(self):
+    return (_shared_leader_optimizer, ())
+
+
+def _shared_leader_optimizer() -> "_SharedOptimizer":
+  return LEADER_OPTIMIZER
+
+
+LEADER_OPTIMIZER = _SharedOptimizer(
+    *optax.inject_hyperparams(_leader_optimizer)(learning_rate=3e-4, max_grad_norm=0.5))
 """The leader's optimizer, built once: a :class:`TrainState` holds it as a static field, so one shared object keeps
-jit caches valid across train states; its two numbers live in the optimizer state (see :func:`init_train_state`)."""
+jit caches valid across train states (and, pickled, stays that object); its two numbers live in the optimizer
+state (see :func:`init_train_state`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleApply:
+  """``module.apply`` as a value: equal (and hashed) by the module's fields, and picklable.
+
+  A bound method compares its ``__self__`` by identity, so a :class:`TrainState` whose static ``apply_fn`` is
+  ``model.apply`` has a tree structure that equals no unpickled copy of itself; the program cache stores a
+  program's output structure pickled and checks the carry's structure on every call."""
+  module: nn.Module
+
+  def __call__(self, *args, **kwargs):
+    return self.module.apply(*args, **kwargs)
 
 
 def init_train_state(key: jax.Array, model: ActorCritic, obs_dim: int, hyper: PPOHyper = PPOHyper()) -> TrainState:
@@ -155,7 +187,7 @@ def init_train_state(key: jax.Array, model: ActorCritic, obs_dim: int, hyper: PP
     hyper: :class:`PPOHyper` (reads ``lr`` and ``max_grad_norm``).
   """
   params = model.init(key, jnp.zeros((obs_dim,), jnp.float32))
-  state = TrainState.create(apply_fn=model.apply, params=params, tx=LEADER_OPTIMIZER)
+  state = TrainState.create(apply_fn=ModuleApply(model), params=params, tx=LEADER_OPTIMIZER)
   numbers = {"learning_rate": hyper.lr, "max_grad_norm": hyper.max_grad_norm}
   hyperparams = {k: jnp.asarray(numbers[k], v.dtype) for k, v in state.opt_state.hyperparams.items()}
   # a strong int32 step counter, so scan and cond carries keep one type
