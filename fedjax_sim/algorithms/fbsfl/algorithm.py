@@ -215,7 +215,6 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
   slots = sum(s for s, _ in plan)
   sent = model_size(model)
   apply_fn = model.apply
-  actors = {}  # N → its ActorCritic, built once per N (the TrainState compares its apply_fn by value: ppo.ModuleApply)
   proxy_c, proxy_j = (jnp.asarray(a) for a in proxy)
   use_ppo = settings.selection == "ppo"
 
@@ -229,7 +228,7 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
     k_model, k_types, k_leader = jax.random.split(key, 3)
     params = model.init(k_model)
     obs_dim = 3 + 2 * n
-    actor = actors.setdefault(n, ppo.ActorCritic(num_clients=n, hidden=settings.ppo_hidden))
+    actor = ppo.ActorCritic(num_clients=n, hidden=settings.ppo_hidden)  # equal by value (ppo.ModuleApply)
     leader = ppo.init_train_state(k_leader, actor, obs_dim, ppo_hyper(h, settings))
     beliefs = B.belief_init(n)
     return FBSFLState(
