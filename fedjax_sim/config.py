@@ -116,6 +116,9 @@ class ParticipationConfig:
 
   clients_per_round: int = setting(0, at_least(0))  # K, clients trained per round, ≥ 0 (0 = every client);
   # at most the federation's C
+  lanes: int = setting(0, at_least(0))  # K-of-N training: selected clients one vmapped loop trains side by side
+  # (static), ≥ 0; 0 = auto: 1 on CPU (each selected client's steps run alone, measured faster there), the slot
+  # plan's groups on an accelerator (engine.local.slot_lanes); changes results only at float rounding
 
 
 _CORE_FIELDS = [

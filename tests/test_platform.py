@@ -31,7 +31,8 @@ from fedjax_sim.data.datasets import LabeledData
 from fedjax_sim.data.federation import plan_buckets, with_train_rows
 from fedjax_sim.data.labeled import from_partition
 from fedjax_sim.engine.local import (SWEEPABLE_LEARNER, ClientContext, ClientData, LearnerHyper, gather_rows,
-                                     local_train, make_client_update, selection_plan, train_selected)
+                                     local_train, make_client_update, selection_plan, slot_lanes,
+                                     train_selected)
 from fedjax_sim.engine.simulate import evaluate
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.tasks import (accuracy_by_rows, accuracy_per_client, cross_entropy, learning_rate_at,
@@ -117,22 +118,32 @@ def assert_trees_close(a, b, atol=1e-6):
 
 @pytest.fixture(scope="module")
 def trainers(setup):
+  """``({lanes: train_selected}, local_train)`` jitted. lanes 0: the plan's 2 groups of 2 lanes, one of them a
+  dummy (placed first, beside the smallest slot); lanes 1: 3 loops of one slot each (the CPU default)."""
   plan = selection_plan(setup.fed.n_train, K, BATCH, 2)
   assert plan == ((1, 21), (2, 32))  # two slot groups (the 3rd and 2nd largest, padded to 21 and 32 rows)
   t = jnp.asarray(1, jnp.int32)
-  selected_fn = jax.jit(lambda key, params, fed, sel, shared, hyper: train_selected(
-      setup.client_update, key, params, fed, sel, plan, shared=shared, hyper=hyper, t=t))
+  selected_fns = {lanes: jax.jit(lambda key, params, fed, sel, shared, hyper, lanes=lanes: train_selected(
+      setup.client_update, key, params, fed, sel, plan, shared=shared, hyper=hyper, t=t, lanes=lanes))
+                  for lanes in (0, 1)}
   full_fn = jax.jit(lambda key, params, fed, shared, hyper: local_train(setup.client_update, key, params, fed,
                                                                         shared=shared, hyper=hyper, t=t))
-  return selected_fn, full_fn
+  return selected_fns, full_fn
+
+
+def test_slot_lanes_auto_is_one_on_cpu_and_explicit_counts_stand():
+  assert slot_lanes(0) == (1 if jax.default_backend() == "cpu" else 0)  # 0: the plan's groups on an accelerator
+  assert slot_lanes(1) == 1 and slot_lanes(4) == 4
 
 
 # Out of size order (train rows 32, 2, 12: the largest client and one in a slot far longer than its rows), and the
 # same clients in another order. ROUND_KEY's sampled round draws these three too, so the per-client references
 # compile once for both tests (only compile time depends on that).
+@pytest.mark.parametrize("lanes", [0, 1])
 @pytest.mark.parametrize("selected", [(2, 5, 7), (7, 2, 5)])
-def test_train_selected_equals_each_client_alone_and_the_full_round(setup, trainers, selected):
-  selected_fn, full_fn = trainers
+def test_train_selected_equals_each_client_alone_and_the_full_round(setup, trainers, selected, lanes):
+  selected_fns, full_fn = trainers
+  selected_fn = selected_fns[lanes]
   c = setup.fed.num_clients
   key = jax.random.key(3)
   params = perturbed(setup.init, 1, (c,))  # every client its own start

@@ -105,13 +105,15 @@ def _star(name: str, model: Model, client_update, init_client, post) -> Algorith
                    sent_params=num_params_sent)
 
 
-def sampled_fedavg(name: str, model: Model, client_update, *, clients_per_round: int, plan: tuple) -> Algorithm:
+def sampled_fedavg(name: str, model: Model, client_update, *, clients_per_round: int, plan: tuple,
+                   lanes: int = 0) -> Algorithm:
   """FedAvg (or FedProx, by its ``client_update``) with K of the C clients per round (issue 10 item 3).
 
   Each round K distinct clients are drawn uniformly (McMahan et al. 2017, Algorithm 1: a random fraction of the
   clients; SPEC §4.3: FedAvg's uniform inclusion with expected K), only they train
   (:func:`fedjax_sim.engine.local.train_selected`: the cost grows with K, not C), and the server takes their
   n-weighted mean. Bytes: 2·|W|·4 per participant. The federation gets its flat train rows in ``prepare``.
+  ``plan`` and ``lanes`` shape the training loops (:func:`fedjax_sim.engine.local.train_selected`).
   """
   from fedjax_sim.data.federation import with_train_rows
   from fedjax_sim.engine.local import train_selected
@@ -126,7 +128,7 @@ def sampled_fedavg(name: str, model: Model, client_update, *, clients_per_round:
     c = federation.num_clients
     selected = jax.random.choice(k_select, c, (k,), replace=False)
     res = train_selected(client_update, k_train, state.global_params, federation, selected, plan,
-                         shared=state.global_params, hyper=hyper, t=t, params_stacked=False)
+                         shared=state.global_params, hyper=hyper, t=t, params_stacked=False, lanes=lanes)
     glob = weighted_average(res.params, federation.n_train[selected])
     metrics = RoundMetrics(
         bytes=jnp.asarray(star_round_bytes(k, num_params_sent), jnp.float32),
@@ -146,10 +148,13 @@ def _sampled(ctx) -> int:
   return k if 0 < k < ctx.num_clients else 0
 
 
-def _plan(ctx) -> tuple:
-  from fedjax_sim.engine.local import selection_plan
+def _sampled_fedavg(name: str, ctx) -> Algorithm:
+  """FedAvg / FedProx with the experiment's K of C clients per round: its slot plan and lanes."""
+  from fedjax_sim.engine.local import selection_plan, slot_lanes
   lc = ctx.config.learner
-  return selection_plan(ctx.federation.n_train, _sampled(ctx), lc.batch_size, lc.num_buckets)
+  plan = selection_plan(ctx.federation.n_train, _sampled(ctx), lc.batch_size, lc.num_buckets)
+  return sampled_fedavg(name, ctx.model, ctx.client_update, clients_per_round=_sampled(ctx), plan=plan,
+                        lanes=slot_lanes(ctx.config.participation.lanes))
 
 
 def _no_client_state(params, federation):
@@ -399,7 +404,7 @@ def _build_fedavg(ctx: BuildContext) -> Algorithm:
   """``fedavg`` is McMahan et al.'s FedAvg; its presets (fedavg_pq, fedavg_x) add the extensions of ``[fedavg]``."""
   if ctx.name == "fedavg":
     if _sampled(ctx):
-      return sampled_fedavg("fedavg", ctx.model, ctx.client_update, clients_per_round=_sampled(ctx), plan=_plan(ctx))
+      return _sampled_fedavg("fedavg", ctx)
     return fedavg(ctx.model, ctx.client_update)
   f = ctx.settings
   return personalized_fedavg(ctx.model, ctx.client_update, head_layers=f.head_layers, wire_bf16=f.wire == "bf16",
@@ -408,7 +413,7 @@ def _build_fedavg(ctx: BuildContext) -> Algorithm:
 
 def _build_fedprox(ctx: BuildContext) -> Algorithm:
   if _sampled(ctx):
-    return sampled_fedavg("fedprox", ctx.model, ctx.client_update, clients_per_round=_sampled(ctx), plan=_plan(ctx))
+    return _sampled_fedavg("fedprox", ctx)
   return fedprox(ctx.model, ctx.client_update)
 
 

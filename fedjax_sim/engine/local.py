@@ -459,12 +459,16 @@ def _train_slots(client_update: Callable, params, n, store: TrainStore, start, o
   longest slot's step count (vmap masks the others' surplus iterations), so a round still costs about what one
   vmap per block costs, while the program holds one training body instead of one per block: compile time no
   longer grows with the number of blocks.
-  Dummy slots (when groups · S > M) have no rows, take no step, and are dropped. Results are ``[M]``.
+  Dummy slots (when groups · S > M) have no rows, take no step, and are dropped. They go into the first group,
+  beside the smallest slots: placed last, they widened the group of the largest slots, whose loop runs longest,
+  to S lanes of which one or two were real (a K = 10 Fashion-MNIST round in 4 groups: 3 lanes for the largest
+  client; docs/PLATFORM.md finding 8). Each lane computes what it would in any group (a finished lane's surplus
+  iterations are exact no-ops), so where the dummies go changes no result. Results are ``[M]``.
   """
   m = start.shape[0]
   g = min(groups, m)
   s = -(-m // g)
-  ids = jnp.concatenate([order.astype(jnp.int32), jnp.full((g * s - m,), m, jnp.int32)]).reshape(g, s)
+  ids = jnp.concatenate([jnp.full((g * s - m,), m, jnp.int32), order.astype(jnp.int32)]).reshape(g, s)
   ctx_axes = ClientContext(shared=None, own=0 if own is not None else None, hyper=None, t=None)
   body = jax.vmap(client_update.store_update,
                   in_axes=(0, 0 if params_stacked else None, None, 0, 0, ctx_axes))
@@ -532,8 +536,26 @@ def gather_rows(rows, clients: jax.Array, length: int) -> ClientData:
   return ClientData(rows.x[index], rows.y[index], n)
 
 
+def slot_lanes(lanes: int) -> int:
+  """The selected clients one vmapped training loop of :func:`train_selected` runs side by side (static).
+
+  ``lanes`` is ``participation.lanes``: a positive count is taken as given; 0 (auto) is 1 on the CPU backend and 0
+  elsewhere, 0 meaning the slot plan's groups (:func:`selection_plan`). Decision (docs/PLATFORM.md finding 8,
+  measured): on XLA:CPU a vmapped lane runs no faster than the client alone (LeNet: 4.0 ms per client-step under
+  vmap, 3.5 ms alone), while a group's loop runs to its longest slot, so side-by-side lanes only add the shorter
+  slots' surplus iterations; one lane per slot (a ``lax.map`` over slots, each loop at its own count) made a
+  K = 10 ``fedavg_fmnist`` round 1.9× faster (3.66 → 1.89 s; 3 seeds 15.0 → 6.8 s) and a K = 23 clinical round
+  1.3× (0.062 → 0.047 s). On an accelerator the lanes run in parallel, so the plan's wider groups stay (not
+  measured here: no device was lent).
+  """
+  if lanes:
+    return int(lanes)
+  return 1 if jax.default_backend() == "cpu" else 0
+
+
 def train_selected(client_update: Callable, key: jax.Array, params, federation: Federation, selected: jax.Array,
-                   plan: tuple, *, shared=None, own=None, hyper=None, t=1, params_stacked: bool = True) -> ClientResult:
+                   plan: tuple, *, shared=None, own=None, hyper=None, t=1, params_stacked: bool = True,
+                   lanes: int = 0) -> ClientResult:
   """Trains only the clients ``selected [K]`` (distinct indices, traced): gather, train, return ``[K]`` results.
 
   The cost grows with K (the static ``plan`` of :func:`selection_plan`), not with C. Client ``i`` gets the key
@@ -550,6 +572,9 @@ def train_selected(client_update: Callable, key: jax.Array, params, federation: 
     selected: ``[K]`` int32 client indices.
     plan: :func:`selection_plan` for this K.
     shared, own, hyper, t: as in :func:`local_train` (``own`` is ``[C, ...]``: the selected rows are taken).
+    lanes: slots per vmapped training loop (:func:`slot_lanes`; 0: the plan's groups). Where the client update
+      trains epochs from a store, the K slots run in ⌈K / lanes⌉ loops of ``lanes`` slots each; results are the
+      same for every ``lanes`` up to float rounding (XLA:CPU's kernels differ with the vmap width).
 
   Returns:
     A :class:`ClientResult` with a leading ``[K]`` axis, in the order of ``selected``. Scatter it back with
@@ -565,7 +590,7 @@ def train_selected(client_update: Callable, key: jax.Array, params, federation: 
   by_size = selected[order]
   if sum(slots for slots, _ in plan) != k:
     raise ValueError(f"the plan has {sum(slots for slots, _ in plan)} slots but {k} clients are selected")
-  if len(plan) > 1 and hasattr(client_update, "store_update"):  # one body for every slot group (issue 11)
+  if (len(plan) > 1 or lanes) and hasattr(client_update, "store_update"):  # one body for every slot group (issue 11)
     blocks, offset = [], 0
     for slots, length in plan:
       data = gather_rows(rows, by_size[offset:offset + slots], length)
@@ -574,7 +599,7 @@ def train_selected(client_update: Callable, key: jax.Array, params, federation: 
     store, start = _flat_store(blocks, keys[by_size], client_update.epochs)
     sorted_res = _train_slots(client_update, take_clients(params, by_size) if params_stacked else
                               params, federation.n_train[by_size].astype(jnp.int32), store, start,
-                              jnp.arange(k, dtype=jnp.int32), len(plan), shared=shared,
+                              jnp.arange(k, dtype=jnp.int32), -(-k // lanes) if lanes else len(plan), shared=shared,
                               own=None if own is None else take_clients(own, by_size), hyper=hyper, t=t,
                               params_stacked=params_stacked)
   else:

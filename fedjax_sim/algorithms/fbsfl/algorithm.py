@@ -34,7 +34,9 @@ Decisions (SPEC §4 leaves them open; stated again where they act):
   computes the fillers' lanes for nothing. On the Fashion-MNIST federation (N = 100, K = 10, S = 27: 17 groups)
   a round of 3 participants costs 109 lane-steps on average instead of 290 with 4 groups, and one of 10
   participants 346 — FedAvg's 10 clients in its 4 groups cost 368 (host count over random draws; issue 12's
-  ≤ 1.5× target).
+  ≤ 1.5× target). That grouping is the accelerators'; on the CPU every slot has a loop of its own
+  (``participation.lanes``, auto: :func:`~fedjax_sim.engine.local.slot_lanes`), so fillers cost nothing and a
+  round costs its participants' own steps (docs/PLATFORM.md finding 8).
 * **Proxy-validation loss** (paper 002 §3.2, "a small server-side proxy validation set"): the mean task loss of
   the global model on a fixed subset of at most ``fbsfl.proxy_rows`` (512) rows of the pooled validation splits,
   every ⌊V/P⌋-th valid row in client order (so each client is represented in proportion to its validation
@@ -191,7 +193,7 @@ def ppo_hyper(h, settings) -> ppo.PPOHyper:
 
 
 def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: int, rounds: int, plan: tuple,
-          proxy: tuple, name: str = "fbsfl") -> Algorithm:
+          proxy: tuple, name: str = "fbsfl", lanes: int = 0) -> Algorithm:
   """FBS-FL (paper 002 Algorithm 1) as pure ``init`` / ``round`` (SPEC §4.2; the module docstring's decisions).
 
   Args:
@@ -204,6 +206,7 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
     plan: :func:`~fedjax_sim.engine.local.selection_plan` for the S slots.
     proxy: ``(client [P], row [P])`` of the proxy-validation set (:func:`proxy_indices`).
     name: the reported method name.
+    lanes: slots per vmapped training loop (:func:`~fedjax_sim.engine.local.slot_lanes`; 0: the plan's groups).
 
   Returns:
     An :class:`Algorithm`; the deployed model is the global one. Bytes: 2·|W|·4 per trained participant.
@@ -254,7 +257,7 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
     reported = reported_losses(apply_fn, loss_fn, w, rows, selected,
                                jax.random.split(keys.report, n_train.shape[0])[selected], settings.report_rows)
     res = train_selected(client_update, keys.train, w, busy, selected, plan, shared=w, hyper=hyper, t=t,
-                         params_stacked=False)
+                         params_stacked=False, lanes=lanes)
     deltas = jax.tree_util.tree_map(lambda c, g: c - g[None], res.params, w)
     alpha = E.qfair_weights(n_train[selected], reported, trained, h.q, h.delta_q)
     return E.aggregate(w, deltas, alpha), res, selected, trained, alpha
@@ -541,7 +544,7 @@ def _validate(settings, config) -> None:
 
 
 def _build(ctx: BuildContext) -> Algorithm:
-  from fedjax_sim.engine.local import selection_plan
+  from fedjax_sim.engine.local import selection_plan, slot_lanes
   from fedjax_sim.tasks import task_for
   config, settings = ctx.config, ctx.settings
   lc = config.learner
@@ -550,7 +553,8 @@ def _build(ctx: BuildContext) -> Algorithm:
   loss_fn = task_for(config, ctx.federation).loss
   return fbsfl(ctx.model, ctx.client_update, loss_fn, settings,
                clients_per_round=inclusion_limit(config, ctx.num_clients), rounds=config.rounds, plan=plan,
-               proxy=proxy_indices(ctx.federation.m_val, settings.proxy_rows), name=ctx.name)
+               proxy=proxy_indices(ctx.federation.m_val, settings.proxy_rows), name=ctx.name,
+               lanes=slot_lanes(config.participation.lanes))
 
 
 CPU_OPTIONS = {"xla_cpu_multi_thread_eigen": False}

@@ -169,7 +169,7 @@ def report_stats(apply_fn, loss_fn, params, rows, clients: jax.Array, keys: jax.
 
 def strategic_baseline(name: str, model: Model, client_update, loss_fn, strategic, *, selection: Selection,
                        aggregation: Callable, clients_per_round: int, plan: tuple, proxy: tuple,
-                       personalized: bool = False) -> Algorithm:
+                       personalized: bool = False, lanes: int = 0) -> Algorithm:
   """A Table 2 baseline behind paper 002's strategic layer (module docstring, steps 1–5).
 
   Args:
@@ -185,6 +185,7 @@ def strategic_baseline(name: str, model: Model, client_update, loss_fn, strategi
     proxy: ``(client [P], row [P])`` of the proxy-validation set (:func:`~.algorithm.proxy_indices`).
     personalized: Ditto: also train each participant's personalized model (prox term toward w_{t−1}), which is
       what is deployed.
+    lanes: slots per vmapped training loop (:func:`~fedjax_sim.engine.local.slot_lanes`; 0: the plan's groups).
 
   Returns:
     An :class:`Algorithm`. Bytes: 2·|W|·4 per trained participant, plus |W|·4 per loss query.
@@ -233,7 +234,7 @@ def strategic_baseline(name: str, model: Model, client_update, loss_fn, strategi
     reported, rms = report_stats(apply_fn, loss_fn, w, rows, selected,
                                  jax.random.split(keys.report, n)[selected], strategic.report_rows)
     res = train_selected(client_update, keys.train, w, busy, selected, plan, shared=None if personalized else w,
-                         hyper=hyper, t=t, params_stacked=False)
+                         hyper=hyper, t=t, params_stacked=False, lanes=lanes)
     # 4. the baseline's aggregation
     deltas = jax.tree_util.tree_map(lambda c, g: c - g[None], res.params, w)
     sq = sum(jnp.sum(jnp.square(d).reshape(d.shape[0], -1), axis=1) for d in jax.tree_util.tree_leaves(deltas))
@@ -242,7 +243,7 @@ def strategic_baseline(name: str, model: Model, client_update, loss_fn, strategi
     personal = state.personal
     if personalized:  # v_k ← E epochs on F_k(v) + λ/2‖v − w_{t−1}‖² from v_k (Ditto, Algorithm 1)
       mine = train_selected(client_update, keys.personal, personal, busy, selected, plan, shared=w, hyper=hyper,
-                            t=t, params_stacked=True)
+                            t=t, params_stacked=True, lanes=lanes)
 
       def put(p, v):
         keep = trained.reshape((-1,) + (1,) * (v.ndim - 1))
@@ -431,7 +432,7 @@ def _aggregation(name: str, task) -> Callable:
 
 
 def _build(ctx: BuildContext) -> Algorithm:
-  from fedjax_sim.engine.local import selection_plan
+  from fedjax_sim.engine.local import selection_plan, slot_lanes
   from fedjax_sim.tasks import task_for
   config, own, name = ctx.config, ctx.settings, ctx.name
   strategic, lc, n = config.fbsfl, config.learner, ctx.num_clients
@@ -450,7 +451,7 @@ def _build(ctx: BuildContext) -> Algorithm:
   return strategic_baseline(name, ctx.model, ctx.client_update, task.loss, strategic, selection=selection,
                             aggregation=_aggregation(name, task), clients_per_round=k, plan=plan,
                             proxy=A.proxy_indices(ctx.federation.m_val, strategic.proxy_rows),
-                            personalized=name == "fbsfl_ditto")
+                            personalized=name == "fbsfl_ditto", lanes=slot_lanes(config.participation.lanes))
 
 
 def _spec(methods, regularizer: Optional[Callable] = None) -> StrategicSpec:
