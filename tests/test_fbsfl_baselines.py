@@ -256,6 +256,7 @@ def test_every_baseline_runs_behind_the_strategic_layer(runs, name):
   y, z = np.asarray(e["participation"]), np.asarray(e["included"])
   assert y.shape == (ROUNDS, len(SIZES)) and np.all(y <= z)  # participants ⊆ included
   np.testing.assert_allclose(np.asarray(e["expenditure"]), BL.FLAT_FEE * y.sum(1), rtol=1e-6)  # the flat fee
+  assert not np.any(np.asarray(e["bonus_expenditure"]))  # and no equity bonus
   np.testing.assert_allclose(np.asarray(out.state.counts), y.sum(0))
   assert int(out.fault.round) == 0  # no non-finite loss or parameter
   clients = np.asarray(out.history.val_clients)  # [R, C] per-client validation accuracy (the family's client_curves)

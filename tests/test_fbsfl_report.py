@@ -59,12 +59,13 @@ def run_outputs():
 
 
 def table_rows(text: str) -> dict:
-  """Markdown table rows keyed by their first cell → the list of cells."""
+  """Markdown table rows keyed by their first cell → the list of cells; a label in several tables keeps its first
+  (a report's expenditure table, last, repeats the labels of Tables 2–6)."""
   out = {}
   for line in text.splitlines():
     if line.startswith("| ") and not line.startswith("| ---"):
       cells = [c.strip() for c in line.strip("|").split(" | ")]
-      out[cells[0]] = cells
+      out.setdefault(cells[0], cells)
   return out
 
 
@@ -78,6 +79,24 @@ def test_table2_normalizes_c_tot_to_fedavg_and_prints_percent_beside_the_paper()
   assert rows["FBS-FL–EXP3"][4] == "0.93 ± 0.00" and rows["FBS-FL–EXP3"][7:] == [
       "73.7", "53.4", "9.8", "0.92", "0.08", "96.3"]  # the paper's CIFAR-10 row beside
   assert "FedProx" not in rows  # a row the run lacks is left out
+
+
+def test_expenditure_splits_c_tot_per_accepted_update_into_the_bonus_and_the_rest():
+  summary, _ = run_outputs()
+  for name, recs in (("fbsfl", ((100.0, 40.0, 80.0), (150.0, 90.0, 100.0))),
+                     ("fbsfl_fedavg", ((52.0, 0.0, 100.0), (26.0, 0.0, 50.0)))):
+    for rec, (c_tot, bonus, accepted) in zip(summary["methods"][name]["per_seed"], recs):
+      rec.update(c_tot=c_tot, c_tot_bonus=bonus, accepted_updates=accepted)
+  text = R.expenditure_markdown(summary)
+  rows = table_rows(text)
+  fbsfl = rows["FBS-FL–EXP3"]
+  assert fbsfl[1] == f"125.0 ± {np.std([100, 150], ddof=1):.1f}" and fbsfl[2] == "90 ± 14"
+  assert fbsfl[3] == f"1.375 ± {np.std([1.25, 1.5], ddof=1):.3f}"  # C_tot / A(T) per seed: 100/80, 150/100
+  assert fbsfl[4] == f"0.700 ± {np.std([0.5, 0.9], ddof=1):.3f}"  # bonus / A(T): 40/80, 90/100
+  assert fbsfl[5] == f"50.0 ± {np.std([40.0, 60.0], ddof=1):.1f}"  # bonus share: 40/100, 90/150
+  assert rows["FedAvg"][3] == "0.520 ± 0.000" and rows["FedAvg"][5] == "0.0 ± 0.0"  # the flat fee, no bonus
+  assert rows["Oort"][1] == f"63.8 ± {np.std([51.0, 76.5], ddof=1):.1f}"  # records without c_tot_bonus or A(T)
+  assert rows["Oort"][2:] == ["—", "—", "—", "—"]  # (older outputs) keep their C_tot and leave the rest blank
 
 
 @pytest.mark.parametrize("source, dataset", [("shakespeare", "Shakespeare"), ("leaf_femnist", "FEMNIST"),

@@ -195,6 +195,7 @@ def reference_run(r):
     loss_now = proxy_loss(w)
     progress = max(0.0, loss_prev - loss_now)
     spent = float(np.sum(offers[y]))
+    bonus = float(np.sum(float(h.b0) * np.minimum(1.0 / (n_clients * p_tilde[y]), float(h.b_max))))  # p̃_{t−1}
     p_tilde = (p + 1e-3) / np.sum(p + 1e-3)
     jain = p.sum() ** 2 / (n_clients * np.sum(p.astype(np.float64) ** 2))
     penalty = float(h.gamma1) * (1 - jain) + float(h.gamma2) * np.sum(p_tilde * np.log(n_clients * p_tilde))
@@ -204,7 +205,7 @@ def reference_run(r):
     next_obs = state_vector(t + 1, loss_now, progress, p, belief)
     leader, info = update(buffer.index, leader, buffer, jnp.asarray(next_obs), k_ppo, pp)
     loss_prev, progress_prev = loss_now, progress
-    out.append(dict(w=leaves64(w), y=y, z=z, trained=trained, spent=spent, reward=float(reward), loss=loss_now,
+    out.append(dict(w=leaves64(w), y=y, z=z, trained=trained, spent=spent, bonus=bonus, reward=float(reward), loss=loss_now,
                     train_loss=float(np.mean(losses)) if losses else 0.0, updated=float(info.updated),
                     leader=leaves64(leader.params), counts=counts.copy(), kappa=kappa,
                     belief_mae=float(np.mean(np.abs(m_t - kappa))), max_weight=max_weight))
@@ -228,6 +229,7 @@ def test_compiled_round_equals_a_python_loop_over_rounds_and_clients(main_run, r
     for got, want in zip(leaves64(state.global_params), ref["w"]):
       np.testing.assert_allclose(got, want, rtol=0, atol=2e-6, err_msg=f"round {t}")
     assert float(e["expenditure"]) == pytest.approx(ref["spent"], rel=1e-5, abs=1e-6)
+    assert float(e["bonus_expenditure"]) == pytest.approx(ref["bonus"], rel=1e-5, abs=1e-6)
     assert float(e["proxy_loss"]) == pytest.approx(ref["loss"], rel=1e-5, abs=1e-6)
     assert float(e["reward"]) == pytest.approx(ref["reward"], rel=1e-4, abs=1e-4)
     assert float(m.train_loss) == pytest.approx(ref["train_loss"], abs=1e-5)
@@ -306,13 +308,14 @@ def test_uniform_selection_br_followers_and_frozen_beliefs_trace():
 def test_metrics_reducer_of_a_hand_made_history():
   extra = {"participation": np.array([[1, 0, 1], [0, 1, 0], [1, 1, 1], [0, 0, 1]], np.float32),
            "included_count": np.array([3, 1, 3, 2], np.float32), "over_k": np.array([1, 0, 1, 0], np.float32),
-           "expenditure": np.array([1.0, 0.5, 9.0, 0.25]), "participants": np.array([2, 1, 3, 0], np.float32),
+           "expenditure": np.array([1.0, 0.5, 9.0, 0.25]), "bonus_expenditure": np.array([0.5, 0.0, 4.0, 0.25]),
+           "participants": np.array([2, 1, 3, 0], np.float32),
            "dropped": np.array([0, 0, 1, 0], np.float32), "belief_mae": np.array([0.3, 0.2, 0.1, 0.05]),
            "br_disagree": np.array([1, 0, 0, 1], np.float32), "br_gap": np.array([0.2, 0.0, 0.0, 0.1]),
            "ppo_updated": np.array([0, 1, 0, 0], np.float32), "max_weight": np.array([0.7, 1.0, 0.5, 0.0])}
   active = np.array([1.0, 1.0, 0.0, 1.0])  # round 3 did not run
   out = A.fbsfl_metrics(extra, active)
-  assert out["c_tot"] == pytest.approx(1.75)
+  assert out["c_tot"] == pytest.approx(1.75) and out["c_tot_bonus"] == pytest.approx(0.75)
   assert out["included_mean"] == pytest.approx(2.0) and out["included_max"] == 3.0
   assert out["included_over_k"] == pytest.approx(1 / 3)
   assert out["included_p95"] == pytest.approx(np.percentile([3, 1, 2], 95))

@@ -276,8 +276,8 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
     else:
       pi = jnp.full((n,), k / n, jnp.float32)
     # 3. offers (eq. 10)
-    r = E.offers(pi, state.cost_proxy, E.smoothed_participation(state.p, h.eps), delta=h.delta, b0=h.b0,
-                 b_max=h.b_max)
+    p_tilde = E.smoothed_participation(state.p, h.eps)
+    r = E.offers(pi, state.cost_proxy, p_tilde, delta=h.delta, b0=h.b0, b_max=h.b_max)
     # 4. inclusion (eq. 4)
     include = I.dependent_rounding if settings.rounding == "dependent" else I.independent_inclusion
     z = include(keys.inclusion, pi)
@@ -319,7 +319,7 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
 
     metrics = round_metrics(res, selected, trained, alpha, y=y, z=z, accept=accept, r=r, pi=pi, kappa=state.kappa,
                             posterior=posterior, k=k, sent=sent, progress=progress, reward=reward, proxy_loss=loss_now,
-                            info=info)
+                            info=info, bonus=E.equity_bonus(p_tilde, h.b0, h.b_max))
     return new_state, metrics
 
   return Algorithm(name=name, init=init, round=round_fn, deployed=lambda s: (s.global_params, False),
@@ -327,10 +327,12 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
 
 
 def round_metrics(res, selected, trained, alpha, *, y, z, accept, r, pi, kappa, posterior, k: int, sent: int, progress,
-                  reward, proxy_loss, info) -> RoundMetrics:
+                  reward, proxy_loss, info, bonus=None) -> RoundMetrics:
   """What one FBS-FL round reports: the platform's fields over the *trained* participants (bytes 2·|W|·4 each),
   and in ``extra`` the game's per-client ``[N]`` arrays (y_t as ``participation``, z_t) and per-round numbers (SPEC
-  §4.4: |I_t|, Σ y r, MAE_μ, the best-response disagreements and gap of eq. 22, the PPO loss)."""
+  §4.4: |I_t|, Σ y r, MAE_μ, the best-response disagreements and gap of eq. 22, the PPO loss). ``bonus`` is the
+  ``[N]`` equity-bonus part of r (eq. 10's last term; None: the flat fee has none): Σ y · bonus is reported apart,
+  so that C_tot splits into the cost proxy's share and the bonus's."""
   n = y.shape[0]
   count = jnp.sum(trained)
   _, bad = nonfinite_rows((res.loss, res.params), trained.shape[0])
@@ -350,6 +352,7 @@ def round_metrics(res, selected, trained, alpha, *, y, z, accept, r, pi, kappa, 
           "participants": f32(jnp.sum(y)),  # [] |S_t|, the round's accepted updates
           "dropped": f32(jnp.sum(y) - count),  # [] participants dropped for slots
           "expenditure": f32(E.expenditure(y, r)),  # [] Σ_i y_i r_i
+          "bonus_expenditure": f32(0.0 if bonus is None else E.expenditure(y, bonus)),  # [] Σ_i y_i b_0 min(·)
           "pi_sum": f32(jnp.sum(pi)),  # [] Σ π_t ≤ K
           "max_weight": f32(jnp.max(alpha)),  # [] the largest q-fair weight α_i (1: one update is the whole step)
           "belief_mae": f32(jnp.mean(jnp.abs(posterior - kappa))),  # [] eq. 21 at this round
@@ -394,8 +397,9 @@ def fbsfl_metrics(extra: dict, active) -> dict:
   """Per-seed summary entries of an FBS-FL run (SPEC §4.4) from its ``[R, ...]`` history.
 
   Participation fairness of the cumulative y (Jain, KL to uniform, Gini, Lorenz:
-  :func:`~fedjax_sim.metrics.participation_fairness`) and its round-by-round curves (:func:`fairness_curves`); C_tot = Σ_t Σ_i y r; |I_t|'s mean, Pr(|I_t| > K), P95 and
-  max; A(T) = Σ_t |S_t|; participants dropped for slots; MAE_μ at the last round (eq. 21); the disagreement with
+  :func:`~fedjax_sim.metrics.participation_fairness`) and its round-by-round curves (:func:`fairness_curves`);
+  C_tot = Σ_t Σ_i y r and its equity-bonus part (``c_tot_bonus``, eq. 10's last term); |I_t|'s mean,
+  Pr(|I_t| > K), P95 and max; A(T) = Σ_t |S_t|; participants dropped for slots; MAE_μ at the last round (eq. 21); the disagreement with
   the best response and ε_BR (eq. 22), both over included offers; how many PPO updates ran; the mean over
   aggregating rounds of the largest q-fair weight (how close eq. 13 comes to taking one client's update).
   """
@@ -411,6 +415,7 @@ def fbsfl_metrics(extra: dict, active) -> dict:
   out.update(fairness_curves(extra, active))
   out.update({
       "c_tot": float(get("expenditure").sum()),
+      "c_tot_bonus": float(get("bonus_expenditure").sum()) if "bonus_expenditure" in extra else float("nan"),
       "included_mean": float(sizes.mean()) if sizes.size else float("nan"),
       "included_over_k": float(get("over_k").mean()) if sizes.size else float("nan"),
       "included_p95": float(np.percentile(sizes, 95)) if sizes.size else float("nan"),

@@ -34,9 +34,23 @@ def offers(pi: jax.Array, cost_proxy: jax.Array, p_tilde_prev: jax.Array, energy
   Returns:
     ``[N]`` offers r_t.
   """
-  n = pi.shape[-1]
-  bonus = b0 * jnp.minimum(1.0 / (n * p_tilde_prev), b_max)
-  return (cost_proxy + lambda_e * energy_proxy) * (1.0 + delta * pi) + bonus
+  return (cost_proxy + lambda_e * energy_proxy) * (1.0 + delta * pi) + equity_bonus(p_tilde_prev, b0, b_max)
+
+
+def equity_bonus(p_tilde_prev: jax.Array, b0=0.1, b_max=10.0) -> jax.Array:
+  """b_0 min(1/(N p̃_{t−1,i}), B_max), the equity bonus of eq. 10 (paper 002; N·p̃ per SPEC §4.2 step 3, see
+  :func:`offers`). Reported apart (``bonus_expenditure``) so that C_tot splits into the cost proxy's share and the
+  bonus's.
+
+  Args:
+    p_tilde_prev: ``[N]`` p̃_{t−1}.
+    b0, b_max: b_0 = 0.1, B_max = 10.
+
+  Returns:
+    ``[N]`` bonuses in [0, b_0 B_max].
+  """
+  n = p_tilde_prev.shape[-1]
+  return b0 * jnp.minimum(1.0 / (n * p_tilde_prev), b_max)
 
 
 def offer_cap(cost_max=1.0, energy_max=0.0, lambda_e=0.0, delta=0.2, b0=0.1, b_max=10.0):

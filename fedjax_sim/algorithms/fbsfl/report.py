@@ -298,6 +298,27 @@ def checkpoints_markdown(summary: dict, every: int = 10) -> str:
   return "\n".join(lines)
 
 
+def expenditure_markdown(summary: dict) -> str:
+  """Where C_tot goes (not a table of the paper): per method, C_tot = Σ_t Σ_i y r, the accepted updates A(T), the
+  mean payment per accepted update C_tot / A(T) and the equity bonus's share of C_tot (eq. 10's last term,
+  ``c_tot_bonus``; 0 for the baselines' flat fee r̄ = E_μ0[κ] = 0.52). FBS-FL's offers (eq. 10) are the cost
+  proxy ĉ (1 + δπ) plus the bonus, so the per-update payment minus the bonus's part is what the cost proxy and the
+  inclusion multiplier ask for. One row per method of the run, in the order of the run's ``methods``."""
+  lines = ["| Method | C_tot | A(T) | C_tot / A(T) | bonus / A(T) | bonus share of C_tot (%) |", "| --- " * 6 + "|"]
+  for name in summary["methods"]:
+    c_tot, accepted = seed_values(summary, name, "c_tot"), seed_values(summary, name, "accepted_updates")
+    bonus = seed_values(summary, name, "c_tot_bonus")
+    if np.all(np.isnan(c_tot)):
+      continue
+    per = lambda v: v / np.where(accepted > 0, accepted, np.nan)  # noqa: E731
+    share = bonus / np.where(c_tot > 0, c_tot, np.nan)
+    lines.append(f"| {LABELS.get(name, name)} | {cell(c_tot)} | {cell(accepted, digits=0)} | "
+                 f"{cell(per(c_tot), digits=3)} | {cell(per(bonus), digits=3)} | {cell(share, 100)} |")
+  if len(lines) == 2:
+    return "(no expenditure in this run)"
+  return "\n".join(lines)
+
+
 # --- Table 4: inclusion sizes -------------------------------------------------------------------------------
 
 
@@ -511,7 +532,9 @@ def table2_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tuple
       "### Issue 12's targets and Table 2's orderings", claims_markdown(table2_claims(summary)),
       "## Paper 002 Table 4 (inclusion sizes)", table4_markdown(summary),
       "## Participation fairness and expenditure every 10 rounds (paper 002 §4.3; mean over seeds)",
-      checkpoints_markdown(summary)])
+      checkpoints_markdown(summary),
+      "## Where the expenditure goes (eq. 10: cost proxy and equity bonus; not a table of the paper)",
+      expenditure_markdown(summary)])
   names = [n for n, _, _ in TABLE2_ROWS]
   files = (plot_accuracy_curves(summary, per_seed, out_dir, names, "fig1_accuracy.png")
            + plot_lorenz(summary, out_dir, names))
@@ -525,6 +548,8 @@ def ablations_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tu
       "## Paper 002 Table 4 (expected vs strict cap)", table4_markdown(summary),
       "## Paper 002 Table 5 (one component at a time)", table5_markdown(summary),
       "## Paper 002 Table 6 (matched accepted updates A*)", table6_markdown(summary, per_seed),
+      "## Where the expenditure goes (eq. 10: cost proxy and equity bonus; not a table of the paper)",
+      expenditure_markdown(summary),
       _seeds_note(summary, " in Table 4 (Tables 3, 5 and 6 are the paper's CIFAR-10 rows)"
                   if paper_dataset(summary) != "CIFAR-10" else "")])
   return text, plot_ablations(summary, out_dir)
