@@ -21,6 +21,7 @@ from fedjax_sim.algorithms import registry
 from fedjax_sim.algorithms.fbsfl import baselines as BL
 from fedjax_sim.algorithms.fbsfl import economics as E
 from fedjax_sim.algorithms.fbsfl import selection as S
+from fedjax_sim.algorithms.fbsfl import strategic as ST
 from fedjax_sim.algorithms.spec import Hyper
 from fedjax_sim.config import ExperimentConfig, LearnerConfig, ParticipationConfig, apply_overrides, load_experiment
 from fedjax_sim.data.federation import eval_plan
@@ -246,6 +247,21 @@ def runs():
     out[name] = dict(algorithm=algorithm, model=model, fed=fed, hyper=hyper, init=init,
                      result=jax.device_get(simulate(jax.random.key(3), fed, hyper)))
   return out
+
+
+@pytest.mark.parametrize("name", ("fbsfl_fedavg", "fbsfl_fedprox", "fbsfl_qffl", "fbsfl_ditto"))
+def test_uniform_baselines_participation_is_the_strategic_layer_alone(runs, name):
+  """Uniform inclusion and the flat fee read no model: the training-free layer (strategic.py) gives each uniform
+  baseline's y and z bit for bit — the same for all four, as paper 002 notes."""
+  r = runs[name]
+  e = r["result"].history.metrics.extra
+  layer = jax.device_get(ST.simulate_seed(jax.random.key(3), ROUNDS, r["hyper"].method, num_clients=len(SIZES), k=K,
+                                          pricing="flat"))
+  np.testing.assert_array_equal(layer.kappa, r["result"].state.kappa)
+  np.testing.assert_array_equal(layer.z.astype(np.float32), e["included"])
+  np.testing.assert_array_equal(layer.y.astype(np.float32), e["participation"])
+  assert layer.y.sum() >= 2 and not np.any(layer.bonus)
+  np.testing.assert_allclose((layer.r * layer.y).sum(1), e["expenditure"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("name", NAMES)

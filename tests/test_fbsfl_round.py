@@ -19,7 +19,7 @@ import pytest
 from fedjax_sim import run
 from fedjax_sim.algorithms import registry
 from fedjax_sim.algorithms.fbsfl import algorithm as A
-from fedjax_sim.algorithms.fbsfl import beliefs, economics, followers, inclusion, ppo
+from fedjax_sim.algorithms.fbsfl import beliefs, economics, followers, inclusion, ppo, strategic
 from fedjax_sim.algorithms.fbsfl.projection import capped_simplex_projection
 from fedjax_sim.config import ExperimentConfig, LearnerConfig, ParticipationConfig, apply_overrides
 from fedjax_sim.data.datasets import LabeledData
@@ -286,6 +286,28 @@ def test_dependent_rounding_never_exceeds_k_and_independent_does(main_run):
     assert np.asarray(e["ppo_updated"]).tolist() == [0.0] * 15 + [1.0] + [0.0] * 2
   # Independent Bernoulli inclusion (the main run) exceeded K in some round (P(|I_t| > 2) ≈ 0.3 per round here).
   assert max(float(m.extra["included_count"]) for m in main_run["metrics"]) > K
+
+
+def test_uniform_selection_participation_is_the_strategic_layer_alone(main_run):
+  """fbsfl_uniform (π = K/N, EXP3 followers, eq. 10's offers): y, z, C_tot and the bonus come from the seed, the
+  types and the followers only, so the training-free layer (strategic.py) gives them bit for bit."""
+  config = apply_overrides(CONFIG, {"fbsfl.selection": "uniform", "fbsfl.slots": 0})
+  algorithm, model = registry.build_method("fbsfl", config, main_run["host"])
+  fed = algorithm.prepare(main_run["host"])
+  hyper = registry.hyper_from_config(config, "fbsfl")
+  rounds = 8
+  simulate = jax.jit(make_simulation(algorithm, model, rounds, task_for(config, main_run["host"]).score))
+  out = jax.device_get(simulate(jax.random.key(7), fed, hyper))
+  e = out.history.metrics.extra
+  layer = jax.device_get(strategic.simulate_seed(jax.random.key(7), rounds, hyper.method, num_clients=len(SIZES),
+                                                 k=K, pricing="fbsfl"))
+  np.testing.assert_array_equal(layer.kappa, out.state.kappa)
+  np.testing.assert_array_equal(layer.z.astype(np.float32), e["included"])
+  np.testing.assert_array_equal(layer.y.astype(np.float32), e["participation"])
+  assert 0 < layer.y.sum() < layer.z.sum()  # guard: some included clients accepted, some rejected
+  np.testing.assert_allclose((layer.r * layer.y).sum(1), e["expenditure"], rtol=1e-6)
+  np.testing.assert_allclose((layer.bonus * layer.y).sum(1), e["bonus_expenditure"], rtol=1e-6)
+  assert np.all(layer.bonus[0] == pytest.approx(0.1))  # round 1: p̃_0 uniform, N p̃ = 1, bonus b_0
 
 
 def test_uniform_selection_br_followers_and_frozen_beliefs_trace():
