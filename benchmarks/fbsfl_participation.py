@@ -9,7 +9,8 @@ in seconds, and reports each variant's fairness and payments with their spread, 
 
 Usage:
   python benchmarks/fbsfl_participation.py [--seeds 42,123,456,789,1011] [--num-seeds 1000] [--rounds 200]
-                                           [--clients 100] [--k 10] [--json FILE]
+                                           [--clients 100] [--k 10] [--every 20] [--variants 0,2]
+                                           [--json FILE]
 
 ``--seeds`` lists seeds whose per-seed figures are printed (a Table 2 run's); ``--num-seeds`` more seeds
 (0, 1, …) give the distribution. The [fbsfl] numbers are the config defaults (paper 002 §4.6).
@@ -56,10 +57,17 @@ def hyper(overrides: dict):
   return registry.hyper_from_config(config, "fbsfl").method
 
 
-def per_seed_figures(layer: ST.Participation) -> dict:
-  """One seed's figures from its ``[R, N]`` layer (SPEC §4.4 on the cumulative counts Σ_t y_t)."""
+def checkpoints(rounds: int, every: int) -> list:
+  """Rounds every, 2·every, … and the last (paper 002 §4.3's cadence for fairness)."""
+  return sorted(set(range(every, rounds + 1, every)) | {rounds})
+
+
+def per_seed_figures(layer: ST.Participation, marks) -> dict:
+  """One seed's figures from its ``[R, N]`` layer (SPEC §4.4 on the cumulative counts Σ_t y_t), and Jain of the
+  counts up to each round of ``marks``."""
   y = layer.y.astype(jnp.float32)
   counts = y.sum(0)
+  jain_at = jax.vmap(jain_index)(jnp.cumsum(y, axis=0)[jnp.asarray(marks) - 1])
   spent = (layer.r * y).sum()
   grid = jnp.asarray(TYPE_GRID, jnp.float32)
   of_type = layer.kappa[:, None] == grid[None]  # [N, M]
@@ -69,13 +77,13 @@ def per_seed_figures(layer: ST.Participation) -> dict:
   return {"jain": jain_index(counts), "kl": kl_to_uniform(counts), "gini": gini(counts), "c_tot": spent,
           "accepted": counts.sum(), "bonus_share": (layer.bonus * y).sum() / jnp.maximum(spent, 1e-12),
           "pay_per_update": spent / jnp.maximum(counts.sum(), 1.0),
-          "type_count": per_type, "type_acceptance": accepted / jnp.maximum(offered, 1.0)}
+          "type_count": per_type, "type_acceptance": accepted / jnp.maximum(offered, 1.0), "jain_at": jain_at}
 
 
-def run_variant(seeds, rounds: int, n: int, k: int, kwargs: dict, overrides: dict) -> dict:
+def run_variant(seeds, rounds: int, n: int, k: int, kwargs: dict, overrides: dict, marks) -> dict:
   h = hyper(overrides)
   fn = jax.jit(jax.vmap(lambda key: per_seed_figures(ST.simulate_seed(key, rounds, h, num_clients=n, k=k,
-                                                                      **kwargs))))
+                                                                      **kwargs), marks)))
   keys = jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
   return {name: np.asarray(v, np.float64) for name, v in jax.device_get(fn(keys)).items()}
 
@@ -88,6 +96,7 @@ def summary(figs: dict) -> dict:
   out["pr_kl_at_most_0.10"] = float(np.mean(figs["kl"] <= 0.10))
   out["type_count"] = [float(v) for v in np.nanmean(figs["type_count"], axis=0)]
   out["type_acceptance"] = [float(v) for v in np.nanmean(figs["type_acceptance"], axis=0)]
+  out["jain_at"] = [float(v) for v in np.mean(figs["jain_at"], axis=0)]
   return out
 
 
@@ -98,12 +107,20 @@ def main(argv=None) -> int:
   ap.add_argument("--rounds", type=int, default=200)
   ap.add_argument("--clients", type=int, default=100)
   ap.add_argument("--k", type=int, default=10)
+  ap.add_argument("--every", type=int, default=0, help="Jain of the counts every this many rounds (0: T/10)")
+  ap.add_argument("--variants", default="", help="comma-separated indices into VARIANTS (default: all)")
   ap.add_argument("--json", default=None)
   args = ap.parse_args(argv)
   listed = [int(s) for s in args.seeds.split(",") if s.strip()]
-  if args.num_seeds < 2 or not 0 < args.k <= args.clients or args.rounds < 1:
-    print("error: need --num-seeds ≥ 2, 0 < --k ≤ --clients and --rounds ≥ 1", file=sys.stderr)
+  try:
+    chosen = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else list(VARIANTS)
+  except (ValueError, IndexError):
+    chosen = None
+  if args.num_seeds < 2 or not 0 < args.k <= args.clients or args.rounds < 1 or args.every < 0 or not chosen:
+    print(f"error: need --num-seeds ≥ 2, 0 < --k ≤ --clients, --rounds ≥ 1, --every ≥ 0 and --variants indices in "
+          f"0..{len(VARIANTS) - 1}", file=sys.stderr)
     return 2
+  marks = checkpoints(args.rounds, args.every or max(args.rounds // 10, 1))
   print(f"strategic layer alone: N = {args.clients}, K = {args.k}, T = {args.rounds}, {args.num_seeds} seeds "
         f"(0..{args.num_seeds - 1}); types Θ = {list(TYPE_GRID)}; {jax.devices()[0].device_kind}")
   report = {"clients": args.clients, "k": args.k, "rounds": args.rounds, "num_seeds": args.num_seeds,
@@ -111,10 +128,10 @@ def main(argv=None) -> int:
   header = ("| variant | Jain | KL | Gini | Pr(Jain ≥ 0.90) | C_tot | A(T) | C_tot / A(T) | bonus share (%) | "
             "mean count per type κ = " + ", ".join(f"{v:g}" for v in TYPE_GRID) + " |")
   print(header + "\n" + "| --- " * 10 + "|")
-  for label, kwargs, overrides in VARIANTS:
+  for label, kwargs, overrides in chosen:
     t0 = time.perf_counter()
     both = run_variant(np.concatenate([listed, np.arange(args.num_seeds)]).astype(np.int64), args.rounds,
-                       args.clients, args.k, kwargs, overrides)  # one compiled call: the listed seeds first
+                       args.clients, args.k, kwargs, overrides, marks)  # one compiled call: listed seeds first
     listed_figs = {key: v[:len(listed)] for key, v in both.items()}
     many = summary({key: v[len(listed):] for key, v in both.items()})
     seconds = time.perf_counter() - t0
@@ -127,6 +144,10 @@ def main(argv=None) -> int:
       entry["listed"] = {key: listed_figs[key].tolist() for key in ("jain", "kl", "c_tot", "accepted",
                                                                     "bonus_share")}
     report["variants"][label] = entry
+  print("\nJain of the cumulative counts at rounds " + ", ".join(map(str, marks)) + " (mean over seeds)")
+  for label, entry in report["variants"].items():
+    print(f"  {label}: " + " ".join(f"{v:.3f}" for v in entry["many_seeds"]["jain_at"]))
+  report["marks"] = marks
   if listed:
     print(f"\nper listed seed ({', '.join(map(str, listed))}): Jain / KL / C_tot / A(T)")
     for label, entry in report["variants"].items():

@@ -87,4 +87,8 @@ def test_the_participation_script_reports_each_variant_against_its_definitions(t
   first = report["variants"][script.VARIANTS[0][0]]["listed"]
   assert first["accepted"][0] == direct.y.sum()  # the listed seed 5 is jax.random.key(5), as the CLI's
   assert "| flat fee" in capsys.readouterr().out
+  assert report["marks"] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]  # T/10 rounds apart, at least 1
+  for entry in report["variants"].values():  # Jain at the last mark is Jain of the run
+    assert entry["many_seeds"]["jain_at"][-1] == pytest.approx(entry["many_seeds"]["jain"][0], rel=1e-5)
   assert script.main(["--num-seeds", "1"]) == 2 and capsys.readouterr().err.startswith("error:")
+  assert script.main(["--variants", "99"]) == 2 and "--variants" in capsys.readouterr().err
