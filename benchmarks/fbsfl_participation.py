@@ -74,10 +74,12 @@ def per_seed_figures(layer: ST.Participation, marks) -> dict:
   per_type = (counts[:, None] * of_type).sum(0) / jnp.maximum(of_type.sum(0), 1)  # mean count of a type's clients
   offered = (layer.z.astype(jnp.float32).sum(0)[:, None] * of_type).sum(0)
   accepted = (counts[:, None] * of_type).sum(0)
+  c_hat = (layer.cost_proxy[-1][:, None] * of_type).sum(0) / jnp.maximum(of_type.sum(0), 1)  # ĉ_T per type
   return {"jain": jain_index(counts), "kl": kl_to_uniform(counts), "gini": gini(counts), "c_tot": spent,
           "accepted": counts.sum(), "bonus_share": (layer.bonus * y).sum() / jnp.maximum(spent, 1e-12),
           "pay_per_update": spent / jnp.maximum(counts.sum(), 1.0),
-          "type_count": per_type, "type_acceptance": accepted / jnp.maximum(offered, 1.0), "jain_at": jain_at}
+          "type_count": per_type, "type_acceptance": accepted / jnp.maximum(offered, 1.0), "jain_at": jain_at,
+          "type_cost_proxy": c_hat}
 
 
 def run_variant(seeds, rounds: int, n: int, k: int, kwargs: dict, overrides: dict, marks) -> dict:
@@ -97,6 +99,7 @@ def summary(figs: dict) -> dict:
   out["type_count"] = [float(v) for v in np.nanmean(figs["type_count"], axis=0)]
   out["type_acceptance"] = [float(v) for v in np.nanmean(figs["type_acceptance"], axis=0)]
   out["jain_at"] = [float(v) for v in np.mean(figs["jain_at"], axis=0)]
+  out["type_cost_proxy"] = [float(v) for v in np.nanmean(figs["type_cost_proxy"], axis=0)]
   return out
 
 
@@ -148,6 +151,12 @@ def main(argv=None) -> int:
   for label, entry in report["variants"].items():
     print(f"  {label}: " + " ".join(f"{v:.3f}" for v in entry["many_seeds"]["jain_at"]))
   report["marks"] = marks
+  print("\nper type κ = " + ", ".join(f"{v:g}" for v in TYPE_GRID) + ": acceptance of an offer; the cost proxy ĉ at "
+        "round T (mean over seeds)")
+  for label, entry in report["variants"].items():
+    m = entry["many_seeds"]
+    print(f"  {label}: " + ", ".join(f"{v:.3f}" for v in m["type_acceptance"]) + "; ĉ_T "
+          + ", ".join(f"{v:.3f}" for v in m["type_cost_proxy"]))
   if listed:
     print(f"\nper listed seed ({', '.join(map(str, listed))}): Jain / KL / C_tot / A(T)")
     for label, entry in report["variants"].items():

@@ -32,6 +32,7 @@ def test_without_bonus_and_with_frozen_beliefs_the_offer_is_the_prior_mean_times
   out = jax.device_get(ST.simulate_seed(jax.random.key(1), ROUNDS, hyper(b0=0.0), num_clients=N, k=K,
                                         pricing="fbsfl", freeze_beliefs=True))
   np.testing.assert_allclose(out.r, FLAT_FEE * (1 + 0.2 * K / N), rtol=1e-6)  # ĉ = E_μ0[κ], π = K/N, δ = 0.2
+  np.testing.assert_allclose(out.cost_proxy, FLAT_FEE, rtol=1e-6)
   assert not np.any(out.bonus)
 
 
@@ -44,7 +45,9 @@ def test_the_bonus_is_b0_min_of_the_inverse_relative_participation_and_its_cap()
     np.testing.assert_allclose(out.bonus[t], 0.1 * np.minimum(1.0 / (N * p_tilde), 10.0), rtol=1e-5)
     p = 0.9 * p + 0.1 * out.y[t]
   assert out.bonus.max() > 0.1 and out.bonus.min() < 0.1  # guard: included clients above and below the fair share
-  assert np.all(out.r >= out.bonus)
+  np.testing.assert_allclose(out.r, out.cost_proxy * (1 + 0.2 * K / N) + out.bonus, rtol=1e-6)  # eq. 10
+  np.testing.assert_allclose(out.cost_proxy[0], FLAT_FEE, rtol=1e-6)  # ĉ_1: the prior's mean threshold
+  assert np.ptp(out.cost_proxy[-1]) > 0  # the beliefs moved ĉ apart
 
 
 def test_exp3_followers_of_a_seed_are_reproducible_and_seeds_differ():

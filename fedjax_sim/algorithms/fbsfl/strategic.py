@@ -34,14 +34,16 @@ PRICINGS = ("flat", "fbsfl")
 
 @struct.dataclass
 class Participation:
-  """``[R, N]`` per round and client: inclusion z_t, response a_t, participation y_t = z_t a_t, offer r_t and its
-  equity-bonus part (0 under the flat fee); ``kappa [N]``, the private types."""
+  """``[R, N]`` per round and client: inclusion z_t, response a_t (of the included), participation y_t = z_t a_t,
+  offer r_t, its equity-bonus part (0 under the flat fee) and the cost proxy ĉ the offer was built on (the flat fee
+  r̄ under ``flat``); ``kappa [N]``, the private types."""
 
   z: jax.Array
   accept: jax.Array
   y: jax.Array
   r: jax.Array
   bonus: jax.Array
+  cost_proxy: jax.Array
   kappa: jax.Array
 
 
@@ -82,17 +84,17 @@ def simulate_layer(init_key: jax.Array, keys: jax.Array, h, *, num_clients: int,
       z, _ = uniform_inclusion(keys.select, n, k, rounding)
       r = jnp.full((n,), FLAT_FEE, jnp.float32)
       bonus = jnp.zeros((n,), jnp.float32)
-      k_response = keys.response
+      priced_on = r
     else:  # algorithm.py round_fn, steps 2–4 with selection = "uniform"
       keys = round_keys(key)
       pi = jnp.full((n,), k / n, jnp.float32)
       p_tilde = E.smoothed_participation(p, h.eps)
       r = E.offers(pi, cost_proxy, p_tilde, delta=h.delta, b0=h.b0, b_max=h.b_max)
       bonus = E.equity_bonus(p_tilde, h.b0, h.b_max)
+      priced_on = cost_proxy  # ĉ_t of this round's offer, before step 7 updates it
       include = I.dependent_rounding if rounding == "dependent" else I.independent_inclusion
       z = include(keys.inclusion, pi)
-      k_response = keys.response
-    accept, prob = F.respond(follower, k_response, r, kappa, followers, h.lam_obs, h.exp3_gamma)
+    accept, prob = F.respond(follower, keys.response, r, kappa, followers, h.lam_obs, h.exp3_gamma)
     y = z & accept
     if follower == "exp3":
       followers = F.exp3_update(followers, accept, prob, F.exp3_reward(accept, r, kappa, r_max, KAPPA_MAX), z,
@@ -103,11 +105,11 @@ def simulate_layer(init_key: jax.Array, keys: jax.Array, h, *, num_clients: int,
         beliefs = B.belief_update(beliefs, r, accept, z, h.lam_obs)
       cost_proxy = E.update_cost_proxy(cost_proxy, cost_rounds, B.posterior_mean_threshold(beliefs))
       cost_rounds = cost_rounds + 1
-    out = (z, accept & z, y, r, bonus)
+    out = (z, accept & z, y, r, bonus, priced_on)
     return (followers, beliefs, p, cost_proxy, cost_rounds), out
 
-  _, (z, accept, y, r, bonus) = jax.lax.scan(round_fn, carry, keys)
-  return Participation(z=z, accept=accept, y=y, r=r, bonus=bonus, kappa=kappa)
+  _, (z, accept, y, r, bonus, cost_proxy) = jax.lax.scan(round_fn, carry, keys)
+  return Participation(z=z, accept=accept, y=y, r=r, bonus=bonus, cost_proxy=cost_proxy, kappa=kappa)
 
 
 def simulate_seed(key: jax.Array, rounds: int, h, **kwargs) -> Participation:
