@@ -7,8 +7,9 @@ participation EMA, paper 002 §3.2–3.7). Their y_t — and with it Jain, KL, t
 is a function of the seed's types κ, the inclusion draws and the followers alone. This module runs that layer
 without training, with the same pieces and the same key streams as the compiled rounds
 (:mod:`~fedjax_sim.algorithms.fbsfl.algorithm`, :mod:`~fedjax_sim.algorithms.fbsfl.baselines`), so a seed gives the
-engine's participation bit for bit (tests/test_fbsfl_strategic.py) at a cost of microseconds per round: thousands
-of seeds show what the five of a Table 2 run cannot (``benchmarks/fbsfl_participation.py``, docs/FBSFL.md).
+engine's participation bit for bit (tests/test_fbsfl_baselines.py and tests/test_fbsfl_round.py; the definitions
+in tests/test_fbsfl_strategic.py) at a cost of microseconds per round: thousands of seeds show what the five of a
+Table 2 run cannot (``benchmarks/fbsfl_participation.py``, docs/FBSFL.md §2c).
 
 With PPO selection (``fbsfl``) or a loss-driven rule (Oort, Power-of-Choice) participation does depend on the
 model, through the leader's reward or the losses, and this module does not apply.
