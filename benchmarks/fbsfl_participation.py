@@ -36,6 +36,7 @@ import jax.numpy as jnp  # noqa: E402
 from fedjax_sim.algorithms import registry  # noqa: E402
 from fedjax_sim.algorithms.fbsfl import strategic as ST  # noqa: E402
 from fedjax_sim.algorithms.fbsfl.beliefs import TYPE_GRID  # noqa: E402
+from fedjax_sim.algorithms.fbsfl.report import checkpoint_rounds  # noqa: E402
 from fedjax_sim.config import ExperimentConfig, apply_overrides  # noqa: E402
 from fedjax_sim.metrics import gini, jain_index, kl_to_uniform  # noqa: E402
 
@@ -55,11 +56,6 @@ def hyper(overrides: dict):
   config = apply_overrides(ExperimentConfig(), {"methods": "fbsfl",
                                                 **{f"fbsfl.{k}": v for k, v in overrides.items()}})
   return registry.hyper_from_config(config, "fbsfl").method
-
-
-def checkpoints(rounds: int, every: int) -> list:
-  """Rounds every, 2·every, … and the last (paper 002 §4.3's cadence for fairness)."""
-  return sorted(set(range(every, rounds + 1, every)) | {rounds})
 
 
 def per_seed_figures(layer: ST.Participation, marks) -> dict:
@@ -123,7 +119,7 @@ def main(argv=None) -> int:
     print(f"error: need --num-seeds ≥ 2, 0 < --k ≤ --clients, --rounds ≥ 1, --every ≥ 0 and --variants indices in "
           f"0..{len(VARIANTS) - 1}", file=sys.stderr)
     return 2
-  marks = checkpoints(args.rounds, args.every or max(args.rounds // 10, 1))
+  marks = checkpoint_rounds(args.rounds, args.every or max(args.rounds // 10, 1))
   print(f"strategic layer alone: N = {args.clients}, K = {args.k}, T = {args.rounds}, {args.num_seeds} seeds "
         f"(0..{args.num_seeds - 1}); types Θ = {list(TYPE_GRID)}; {jax.devices()[0].device_kind}")
   report = {"clients": args.clients, "k": args.k, "rounds": args.rounds, "num_seeds": args.num_seeds,

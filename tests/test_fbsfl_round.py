@@ -205,8 +205,8 @@ def reference_run(r):
     next_obs = state_vector(t + 1, loss_now, progress, p, belief)
     leader, info = update(buffer.index, leader, buffer, jnp.asarray(next_obs), k_ppo, pp)
     loss_prev, progress_prev = loss_now, progress
-    out.append(dict(w=leaves64(w), y=y, z=z, trained=trained, spent=spent, bonus=bonus, reward=float(reward), loss=loss_now,
-                    train_loss=float(np.mean(losses)) if losses else 0.0, updated=float(info.updated),
+    out.append(dict(w=leaves64(w), y=y, z=z, trained=trained, spent=spent, bonus=bonus, reward=float(reward),
+                    loss=loss_now, train_loss=float(np.mean(losses)) if losses else 0.0, updated=float(info.updated),
                     leader=leaves64(leader.params), counts=counts.copy(), kappa=kappa,
                     belief_mae=float(np.mean(np.abs(m_t - kappa))), max_weight=max_weight))
   return out

@@ -399,8 +399,8 @@ def fbsfl_metrics(extra: dict, active) -> dict:
   Participation fairness of the cumulative y (Jain, KL to uniform, Gini, Lorenz:
   :func:`~fedjax_sim.metrics.participation_fairness`) and its round-by-round curves (:func:`fairness_curves`);
   C_tot = Σ_t Σ_i y r and its equity-bonus part (``c_tot_bonus``, eq. 10's last term); |I_t|'s mean,
-  Pr(|I_t| > K), P95 and max; A(T) = Σ_t |S_t|; participants dropped for slots; MAE_μ at the last round (eq. 21); the disagreement with
-  the best response and ε_BR (eq. 22), both over included offers; how many PPO updates ran; the mean over
+  Pr(|I_t| > K), P95 and max; A(T) = Σ_t |S_t|; participants dropped for slots; MAE_μ at the last round (eq. 21);
+  the disagreement with the best response and ε_BR (eq. 22), both over included offers; how many PPO updates ran; the mean over
   aggregating rounds of the largest q-fair weight (how close eq. 13 comes to taking one client's update).
   """
   if not extra or "included_count" not in extra:

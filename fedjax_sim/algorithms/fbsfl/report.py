@@ -281,6 +281,11 @@ def claims_markdown(claims) -> str:
 # --- every 10 rounds -----------------------------------------------------------------------------------------
 
 
+def checkpoint_rounds(rounds: int, every: int) -> list:
+  """Rounds every, 2·every, … and the last (paper 002 §4.3's cadence for fairness and expenditure)."""
+  return sorted(set(range(every, rounds + 1, every)) | {rounds})
+
+
 def checkpoints_markdown(summary: dict, every: int = 10) -> str:
   """Paper 002 §4.3's cadence: Jain and KL of the cumulative participation and the cumulative expenditure C(t) at
   rounds every, 2·every, … and the last round (mean over seeds), one block of rows per Table 2 row."""
@@ -289,7 +294,7 @@ def checkpoints_markdown(summary: dict, every: int = 10) -> str:
   if not rows or any("jain_curve" not in r[0] for r in recs.values()):
     return "(no round-by-round curves in this run)"
   rounds = len(recs[rows[0][0]][0]["jain_curve"])
-  marks = sorted(set(range(every, rounds + 1, every)) | {rounds})
+  marks = checkpoint_rounds(rounds, every)
   avg = lambda n, key, t: float(np.mean([r[key][t - 1] for r in recs[n]]))  # noqa: E731
   lines = ["| Method | quantity | " + " | ".join(f"t = {t}" for t in marks) + " |", "| --- " * (len(marks) + 2) + "|"]
   for n, label in rows:
