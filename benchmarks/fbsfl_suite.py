@@ -52,10 +52,8 @@ def time_engine(method: str, config, fed) -> dict:
 def time_loop(config, fed, rounds: int) -> dict:
   """FBS-FL as a per-client loop (module docstring): jitted pieces, a Python loop over the participants."""
   from fedjax_sim.algorithms.fbsfl import algorithm as A
-  from fedjax_sim.algorithms.fbsfl import beliefs as B
   from fedjax_sim.algorithms.fbsfl import economics as E
-  from fedjax_sim.algorithms.fbsfl import followers as F
-  from fedjax_sim.algorithms.fbsfl import inclusion as I
+  from fedjax_sim.algorithms.fbsfl import layer as L
   from fedjax_sim.algorithms.fbsfl import ppo
   from fedjax_sim.algorithms.fbsfl.projection import capped_simplex_projection
   from fedjax_sim.algorithms.registry import build_method, hyper_from_config
@@ -84,33 +82,29 @@ def time_loop(config, fed, rounds: int) -> dict:
     obs = A.observation(state, t, config.rounds)
     logits, log_prob, value, pi_hat = ppo.act(state.leader.apply_fn, state.leader.params, keys.actor, obs)
     pi = capped_simplex_projection(pi_hat, k)
-    r = E.offers(pi, state.cost_proxy, E.smoothed_participation(state.p, h.eps), delta=h.delta, b0=h.b0,
-                 b_max=h.b_max)
-    z = I.independent_inclusion(keys.inclusion, pi)
-    accept, prob = F.respond("exp3", keys.response, r, state.kappa, state.followers, h.lam_obs, h.exp3_gamma)
-    return keys, obs, logits, log_prob, value, r, z, accept, prob
+    r = L.eq10_offers(pi, state.p, state.cost_proxy, h).r
+    z = L.draw_inclusion("independent", keys.inclusion, pi)
+    answers = L.answer("exp3", keys.response, r, z, state.kappa, state.followers, h)
+    return keys, obs, logits, log_prob, value, r, z, answers
 
   @jax.jit
   def reported(w, x, y):
     return A.mean_loss(model.apply, task.loss, w, x, y)
 
   @jax.jit
-  def settle(state, keys, obs, logits, log_prob, value, r, z, accept, prob, w_new, t):  # steps 7–9
-    y = z & accept
-    p = E.participation_update(state.p, y, h.rho)
-    beliefs = B.belief_update(state.beliefs, r, accept, z, h.lam_obs)
-    r_max = E.offer_cap(A.KAPPA_MAX, delta=h.delta, b0=h.b0, b_max=h.b_max)
-    followers = F.exp3_update(state.followers, accept, prob, F.exp3_reward(accept, r, state.kappa, r_max,
-                                                                            A.KAPPA_MAX), z, h.exp3_eta)
-    posterior = B.posterior_mean_threshold(beliefs)
+  def settle(state, keys, obs, logits, log_prob, value, r, z, answers, w_new, t):  # steps 7–9
+    y = answers.y
+    learned = L.learn(state.p, state.beliefs, state.cost_proxy, state.cost_rounds, r=r, z=z, accept=answers.accept,
+                      y=y, h=h)
+    p = learned.p
     loss_now = A.mean_loss(model.apply, task.loss, w_new, x_proxy, y_proxy).astype(jnp.float32)
     progress = E.progress_signal(state.proxy_loss, loss_now)
     penalty = E.participation_penalty(p, E.smoothed_participation(p, h.eps), h.gamma1, h.gamma2)
     reward, moments, _ = E.leader_reward(state.moments, t, progress, E.expenditure(y, r), penalty, h.alpha,
                                          h.beta_max, h.t0)
-    new = state.replace(global_params=w_new, followers=followers, beliefs=beliefs, p=p, counts=state.counts + y,
-                        cost_proxy=E.update_cost_proxy(state.cost_proxy, state.cost_rounds, posterior),
-                        cost_rounds=state.cost_rounds + 1, moments=moments, proxy_loss=loss_now, progress=progress)
+    new = state.replace(global_params=w_new, followers=answers.followers, beliefs=learned.beliefs, p=p,
+                        counts=state.counts + y, cost_proxy=learned.cost_proxy, cost_rounds=learned.cost_rounds,
+                        moments=moments, proxy_loss=loss_now, progress=progress)
     buffer = ppo.add(state.buffer, obs, logits, log_prob, value, reward)
     leader, _ = ppo.maybe_update(t, state.leader, buffer, A.observation(new, t + 1, config.rounds), keys.ppo, pp)
     return new.replace(leader=leader, buffer=buffer)
@@ -132,9 +126,9 @@ def time_loop(config, fed, rounds: int) -> dict:
         rows.y[a:a + min(m, s.report_rows)]
 
   def one_round(state, t, key):
-    keys, obs, logits, log_prob, value, r, z, accept, prob = lead(key, state, jnp.int32(t))
+    keys, obs, logits, log_prob, value, r, z, answers = lead(key, state, jnp.int32(t))
     w = state.global_params
-    y = np.asarray(z & accept)
+    y = np.asarray(answers.y)
     train_keys = jax.random.split(keys.train, fed.num_clients)
     trained, sizes, losses = [], [], []
     for i in np.flatnonzero(y):  # the loop the engine replaces
@@ -146,7 +140,7 @@ def time_loop(config, fed, rounds: int) -> dict:
     if trained:
       stacked = jax.tree_util.tree_map(lambda *p: jnp.stack(p), *trained)
       w_new = aggregate(w, stacked, jnp.asarray(sizes, jnp.float32), jnp.stack(losses))
-    return jax.block_until_ready(settle(state, keys, obs, logits, log_prob, value, r, z, accept, prob, w_new,
+    return jax.block_until_ready(settle(state, keys, obs, logits, log_prob, value, r, z, answers, w_new,
                                         jnp.int32(t)))
 
   t0 = time.perf_counter()

@@ -1,16 +1,19 @@
 """The FBS-FL round as a declared method (paper 002 Algorithm 1; SPEC §4.2 steps 1–9; issue 12 item 3).
 
-One round, everything inside the compiled program (no host calls), built from the tested pieces of this package:
+One round, everything inside the compiled program (no host calls), built from the tested pieces of this package
+(steps 3–5 and 7 are :mod:`.layer`'s, shared with the baselines' rounds and the layer without training):
 
 1. the state s_t (:func:`observation`): t / T, the proxy-validation loss L(w_{t−1}), the previous progress
    signal Δ_{t−1}, N·p_{t−1} and the posterior-mean thresholds E_{μ_{t−1}}[κ] (paper 002 §4.6);
 2. the actor (:func:`~.ppo.act`): Gaussian logits, π̂ = sigmoid, π = the capped-simplex projection (eq. 3);
 3. the offers r_t (eq. 10, :func:`~.economics.offers`);
 4. inclusion z_t: independent Bernoulli(π) or dependent rounding (eq. 4; the static ``rounding`` setting);
-5. the included clients' responses a_t (EXP3 by default; BR or logit: the static ``follower`` setting), y = z·a;
+5. the included clients' responses a_t (EXP3 by default; BR or logit: the static ``follower`` setting), y = z·a,
+   and EXP3's weight update (Alg. 2; it reads only this round's answers and offers, so it runs here rather than
+   after training as SPEC §4.2 step 7 lists it, with the same result);
 6. only the participants train (E local epochs of the experiment's learner, round index t for its schedule),
    then q-fair aggregation w_t = w_{t−1} + Σ α_i Δw_i (eqs. 6, 13);
-7. p_t (eq. 7), the cumulative counts, the beliefs (eq. 18; included clients only), EXP3's weights, ĉ;
+7. p_t (eq. 7), the cumulative counts, the beliefs (eq. 18; included clients only), ĉ;
 8. the leader's reward U_t (eq. 11, standardized components; :func:`~.economics.leader_reward`);
 9. the transition into the rollout buffer and, every ``ppo_rollout`` rounds, the PPO update (``lax.cond``).
 
@@ -69,7 +72,7 @@ from fedjax_sim.algorithms.base import Algorithm, RoundMetrics, nonfinite_rows, 
 from fedjax_sim.algorithms.fbsfl import beliefs as B
 from fedjax_sim.algorithms.fbsfl import economics as E
 from fedjax_sim.algorithms.fbsfl import followers as F
-from fedjax_sim.algorithms.fbsfl import inclusion as I
+from fedjax_sim.algorithms.fbsfl import layer as L
 from fedjax_sim.algorithms.fbsfl import ppo
 from fedjax_sim.algorithms.fbsfl.projection import capped_simplex_projection
 from fedjax_sim.algorithms.fbsfl.report import REPORTS
@@ -78,8 +81,7 @@ from fedjax_sim.metrics import participation_fairness, star_round_bytes
 from fedjax_sim.models import Model, model_size
 from fedjax_sim.settings import at_least, one_of, positive, setting, within
 
-KAPPA_MAX = max(B.TYPE_GRID)
-"""κ^(M), the largest type (1.0): the top of the cost proxy's range and EXP3's utility rescaling (Alg. 2 line 12)."""
+KAPPA_MAX = L.KAPPA_MAX  # κ^(M) = 1.0 (:data:`.layer.KAPPA_MAX`)
 
 
 # --- state --------------------------------------------------------------------------------------------------
@@ -276,26 +278,19 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
     else:
       pi = jnp.full((n,), k / n, jnp.float32)
     # 3. offers (eq. 10)
-    p_tilde = E.smoothed_participation(state.p, h.eps)
-    r = E.offers(pi, state.cost_proxy, p_tilde, delta=h.delta, b0=h.b0, b_max=h.b_max)
+    offer = L.eq10_offers(pi, state.p, state.cost_proxy, h)
+    r = offer.r
     # 4. inclusion (eq. 4)
-    include = I.dependent_rounding if settings.rounding == "dependent" else I.independent_inclusion
-    z = include(keys.inclusion, pi)
-    # 5. responses; y = z · a (eq. 5)
-    accept, prob = F.respond(settings.follower, keys.response, r, state.kappa, state.followers, h.lam_obs,
-                             h.exp3_gamma)
-    y = z & accept
+    z = L.draw_inclusion(settings.rounding, keys.inclusion, pi)
+    # 5. responses, y = z · a (eq. 5), and EXP3's update (Alg. 2; it reads only this round's answers)
+    answers = L.answer(settings.follower, keys.response, r, z, state.kappa, state.followers, h)
+    accept, y = answers.accept, answers.y
     # 6. only the participants train; q-fair aggregation (eqs. 6, 13)
     w_new, res, selected, trained, alpha = train_and_aggregate(keys, w, federation, hyper, t, y)
-    # 7. participation, beliefs, followers, cost proxy
-    p = E.participation_update(state.p, y, h.rho)
-    beliefs = state.beliefs if settings.freeze_beliefs else B.belief_update(state.beliefs, r, accept, z, h.lam_obs)
-    followers = state.followers
-    if settings.follower == "exp3":
-      r_max = E.offer_cap(KAPPA_MAX, delta=h.delta, b0=h.b0, b_max=h.b_max)
-      u = F.exp3_reward(accept, r, state.kappa, r_max, KAPPA_MAX)
-      followers = F.exp3_update(state.followers, accept, prob, u, z, h.exp3_eta)
-    posterior = B.posterior_mean_threshold(beliefs)
+    # 7. participation, beliefs, cost proxy
+    learned = L.learn(state.p, state.beliefs, state.cost_proxy, state.cost_rounds, r=r, z=z, accept=accept, y=y, h=h,
+                      freeze_beliefs=settings.freeze_beliefs)
+    p = learned.p
     # 8. the leader's reward (eq. 11)
     loss_now = proxy_loss(w_new, federation).astype(jnp.float32)
     progress = E.progress_signal(state.proxy_loss, loss_now)
@@ -303,9 +298,9 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
     penalty = E.participation_penalty(p, E.smoothed_participation(p, h.eps), h.gamma1, h.gamma2)
     reward, moments, _ = E.leader_reward(state.moments, t, progress, spent, penalty, h.alpha, h.beta_max, h.t0)
     new_state = state.replace(
-        global_params=w_new, followers=followers, beliefs=beliefs, p=p, counts=state.counts + y,
-        cost_proxy=E.update_cost_proxy(state.cost_proxy, state.cost_rounds, posterior),
-        cost_rounds=state.cost_rounds + 1, moments=moments, proxy_loss=loss_now, progress=progress)
+        global_params=w_new, followers=answers.followers, beliefs=learned.beliefs, p=p, counts=state.counts + y,
+        cost_proxy=learned.cost_proxy, cost_rounds=learned.cost_rounds, moments=moments, proxy_loss=loss_now,
+        progress=progress)
     # 9. rollout buffer and the PPO update when a rollout completes
     info = ppo.LossInfo.zeros()
     if use_ppo:
@@ -318,8 +313,8 @@ def fbsfl(model: Model, client_update, loss_fn, settings, *, clients_per_round: 
       new_state = new_state.replace(leader=leader, buffer=buffer)
 
     metrics = round_metrics(res, selected, trained, alpha, y=y, z=z, accept=accept, r=r, pi=pi, kappa=state.kappa,
-                            posterior=posterior, k=k, sent=sent, progress=progress, reward=reward, proxy_loss=loss_now,
-                            info=info, bonus=E.equity_bonus(p_tilde, h.b0, h.b_max))
+                            posterior=learned.posterior, k=k, sent=sent, progress=progress, reward=reward,
+                            proxy_loss=loss_now, info=info, bonus=offer.bonus)
     return new_state, metrics
 
   return Algorithm(name=name, init=init, round=round_fn, deployed=lambda s: (s.global_params, False),

@@ -8,13 +8,14 @@ round is a composition of stages (STYLE §11), each stated where it acts:
 1. the baseline's own **selection** gives z_t (:mod:`~fedjax_sim.algorithms.fbsfl.selection`): uniform with
    E|I_t| = K (FedAvg, FedProx, q-FFL, Ditto), Power-of-Choice, Oort;
 2. every included client is offered r̄ = E_{μ_0}[κ] = 0.52 (eq. 19) and answers with FBS-FL's follower (the
-   ``fbsfl.follower`` setting: EXP3 by default, or BR / logit); y = z·a;
+   ``fbsfl.follower`` setting: EXP3 by default, or BR / logit); y = z·a; EXP3 learns from the answer
+   (:func:`~fedjax_sim.algorithms.fbsfl.layer.answer`, the function FBS-FL's round calls);
 3. only the participants train, in FBS-FL's S slots (participants first, fillers with no rows, drops beyond S;
    :func:`~fedjax_sim.algorithms.fbsfl.algorithm.participant_slots`), each having reported F_i(w_{t−1}) on
    ``fbsfl.report_rows`` of its train rows as FBS-FL's participants do;
 4. the baseline's own **aggregation**: FedAvg's n-weighted mean, q-FFL's surrogate step, Power-of-Choice's plain
    mean; Ditto also trains each participant's personalized model;
-5. the followers learn (EXP3), the selector observes (Oort), and the round reports FBS-FL's metrics, so
+5. the selector observes (Oort), and the round reports FBS-FL's metrics, so
    ``fbsfl_metrics`` reduces a baseline's history to the same Table 2 columns (Jain, KL, C_tot, |I_t|, A(T)).
 
 Decisions (SPEC §4.3 leaves them open):
@@ -48,6 +49,7 @@ from fedjax_sim.algorithms.fbsfl import algorithm as A
 from fedjax_sim.algorithms.fbsfl import beliefs as B
 from fedjax_sim.algorithms.fbsfl import economics as E
 from fedjax_sim.algorithms.fbsfl import followers as F
+from fedjax_sim.algorithms.fbsfl import layer as L
 from fedjax_sim.algorithms.fbsfl import ppo
 from fedjax_sim.algorithms.fbsfl import selection as S
 from fedjax_sim.algorithms.spec import BuildContext, MethodSpec, as_traced
@@ -56,7 +58,7 @@ from fedjax_sim.engine.local import LocalTerm
 from fedjax_sim.models import Model, model_size
 from fedjax_sim.settings import at_least, setting, within
 
-FLAT_FEE = float(np.mean(B.TYPE_GRID))
+FLAT_FEE = L.FLAT_FEE
 """r̄ = Σ_m μ_0(m) κ^(m) = 0.52, the prior's mean threshold (paper 002 eq. 19), offered by every baseline."""
 
 QFFL_EPS = 1e-10
@@ -223,9 +225,8 @@ def strategic_baseline(name: str, model: Model, client_update, loss_fn, strategi
     z, pi, exploited = selection.include(keys.select, state.selector, w, federation, t)
     # 2. the flat fee and the followers' answers; y = z · a
     r = jnp.full((n,), FLAT_FEE, jnp.float32)
-    accept, prob = F.respond(strategic.follower, keys.response, r, state.kappa, state.followers, h.lam_obs,
-                             h.exp3_gamma)
-    y = z & accept
+    answers = L.answer(strategic.follower, keys.response, r, z, state.kappa, state.followers, h)
+    accept, y = answers.accept, answers.y
     # 3. only the participants train (FBS-FL's slots), having reported F_i(w_{t−1})
     selected, trained = A.participant_slots(y, slots)
     n_train, rows = federation.n_train, federation.rows
@@ -250,18 +251,13 @@ def strategic_baseline(name: str, model: Model, client_update, loss_fn, strategi
         return p.at[selected].set(jnp.where(keep, v, p[selected]))
 
       personal = jax.tree_util.tree_map(put, personal, mine.params)
-    # 5. followers, selector, metrics
-    followers = state.followers
-    if strategic.follower == "exp3":
-      r_max = E.offer_cap(A.KAPPA_MAX, delta=h.delta, b0=h.b0, b_max=h.b_max)
-      u = F.exp3_reward(accept, r, state.kappa, r_max, A.KAPPA_MAX)
-      followers = F.exp3_update(state.followers, accept, prob, u, z, h.exp3_eta)
+    # 5. selector, metrics (the followers learned in step 2)
     arrived = jnp.zeros((n,), bool).at[selected].set(trained)
     utility = jnp.zeros((n,), jnp.float32).at[selected].set(S.statistical_utility(n_train[selected], rms))
     selector = selection.observe(state.selector, t, arrived, utility, exploited)
     loss_now = proxy_loss(w_new, federation)
     progress = E.progress_signal(state.proxy_loss, loss_now)
-    new_state = state.replace(global_params=w_new, followers=followers, counts=state.counts + y,
+    new_state = state.replace(global_params=w_new, followers=answers.followers, counts=state.counts + y,
                               proxy_loss=loss_now, selector=selector, personal=personal)
     prior = jnp.full((n,), FLAT_FEE, jnp.float32)
     metrics = A.round_metrics(res, selected, trained, alpha, y=y, z=z, accept=accept, r=r, pi=pi, kappa=state.kappa,

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from fedjax_sim.algorithms.fbsfl import inclusion as I
+from fedjax_sim.algorithms.fbsfl import layer as L
 
 
 def uniform_inclusion(key: jax.Array, num_clients: int, k: int, rounding: str = "independent") -> tuple:
@@ -35,8 +35,7 @@ def uniform_inclusion(key: jax.Array, num_clients: int, k: int, rounding: str = 
     ``(z [N] bool, π [N])``.
   """
   pi = jnp.full((num_clients,), k / num_clients, jnp.float32)
-  include = I.dependent_rounding if rounding == "dependent" else I.independent_inclusion
-  return include(key, pi), pi
+  return L.draw_inclusion(rounding, key, pi), pi
 
 
 # --- Power-of-Choice (Cho, Wang & Joshi 2020) ------------------------------------------------------------------

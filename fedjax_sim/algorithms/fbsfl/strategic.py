@@ -5,9 +5,9 @@ FedProx, q-FFL and Ditto (uniform inclusion with E|I_t| = K, the flat fee r̄ = 
 FBS-FL with its leader replaced by π = K/N (``fbsfl_uniform``: eq. 10's offers from the beliefs and the
 participation EMA, paper 002 §3.2–3.7). Their y_t — and with it Jain, KL, the Gini coefficient, C_tot and A(T) —
 is a function of the seed's types κ, the inclusion draws and the followers alone. This module runs that layer
-without training, with the same pieces and the same key streams as the compiled rounds
-(:mod:`~fedjax_sim.algorithms.fbsfl.algorithm`, :mod:`~fedjax_sim.algorithms.fbsfl.baselines`), so a seed gives the
-engine's participation bit for bit (tests/test_fbsfl_baselines.py and tests/test_fbsfl_round.py; the definitions
+without training, with the same steps (:mod:`~fedjax_sim.algorithms.fbsfl.layer`) and the same key streams as the
+compiled rounds (:mod:`~fedjax_sim.algorithms.fbsfl.algorithm`, :mod:`~fedjax_sim.algorithms.fbsfl.baselines`), so
+a seed gives the engine's participation bit for bit (tests/test_fbsfl_baselines.py and tests/test_fbsfl_round.py; the definitions
 in tests/test_fbsfl_strategic.py) at a cost of microseconds per round: thousands of seeds show what the five of a
 Table 2 run cannot (``benchmarks/fbsfl_participation.py``, docs/FBSFL.md §2c).
 
@@ -23,9 +23,10 @@ from flax import struct
 from fedjax_sim.algorithms.fbsfl import beliefs as B
 from fedjax_sim.algorithms.fbsfl import economics as E
 from fedjax_sim.algorithms.fbsfl import followers as F
-from fedjax_sim.algorithms.fbsfl import inclusion as I
-from fedjax_sim.algorithms.fbsfl.algorithm import KAPPA_MAX, round_keys
-from fedjax_sim.algorithms.fbsfl.baselines import FLAT_FEE, BaselineKeys
+from fedjax_sim.algorithms.fbsfl import layer as L
+from fedjax_sim.algorithms.fbsfl.algorithm import round_keys
+from fedjax_sim.algorithms.fbsfl.baselines import BaselineKeys
+from fedjax_sim.algorithms.fbsfl.layer import FLAT_FEE
 from fedjax_sim.algorithms.fbsfl.selection import uniform_inclusion
 
 PRICINGS = ("flat", "fbsfl")
@@ -76,7 +77,6 @@ def simulate_layer(init_key: jax.Array, keys: jax.Array, h, *, num_clients: int,
   beliefs = B.belief_init(n)
   carry = (F.exp3_init(n), beliefs, E.participation_init(n), B.posterior_mean_threshold(beliefs),
            jnp.ones((), jnp.int32))
-  r_max = E.offer_cap(KAPPA_MAX, delta=h.delta, b0=h.b0, b_max=h.b_max)
 
   def round_fn(carry, key):
     followers, beliefs, p, cost_proxy, cost_rounds = carry
@@ -89,23 +89,13 @@ def simulate_layer(init_key: jax.Array, keys: jax.Array, h, *, num_clients: int,
     else:  # algorithm.py round_fn, steps 2–4 with selection = "uniform"
       keys = round_keys(key)
       pi = jnp.full((n,), k / n, jnp.float32)
-      p_tilde = E.smoothed_participation(p, h.eps)
-      r = E.offers(pi, cost_proxy, p_tilde, delta=h.delta, b0=h.b0, b_max=h.b_max)
-      bonus = E.equity_bonus(p_tilde, h.b0, h.b_max)
+      r, bonus, _ = L.eq10_offers(pi, p, cost_proxy, h)
       priced_on = cost_proxy  # ĉ_t of this round's offer, before step 7 updates it
-      include = I.dependent_rounding if rounding == "dependent" else I.independent_inclusion
-      z = include(keys.inclusion, pi)
-    accept, prob = F.respond(follower, keys.response, r, kappa, followers, h.lam_obs, h.exp3_gamma)
-    y = z & accept
-    if follower == "exp3":
-      followers = F.exp3_update(followers, accept, prob, F.exp3_reward(accept, r, kappa, r_max, KAPPA_MAX), z,
-                                h.exp3_eta)
+      z = L.draw_inclusion(rounding, keys.inclusion, pi)
+    accept, y, followers = L.answer(follower, keys.response, r, z, kappa, followers, h)
     if pricing == "fbsfl":  # step 7: p_t, μ_t and ĉ_t (the flat fee reads none of them)
-      p = E.participation_update(p, y, h.rho)
-      if not freeze_beliefs:
-        beliefs = B.belief_update(beliefs, r, accept, z, h.lam_obs)
-      cost_proxy = E.update_cost_proxy(cost_proxy, cost_rounds, B.posterior_mean_threshold(beliefs))
-      cost_rounds = cost_rounds + 1
+      p, beliefs, _, cost_proxy, cost_rounds = L.learn(p, beliefs, cost_proxy, cost_rounds, r=r, z=z, accept=accept,
+                                                       y=y, h=h, freeze_beliefs=freeze_beliefs)
     out = (z, accept & z, y, r, bonus, priced_on)
     return (followers, beliefs, p, cost_proxy, cost_rounds), out
 
