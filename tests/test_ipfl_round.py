@@ -202,7 +202,7 @@ def reference_run(r):
     was = active.copy()
     active = active & ~(u < 0)  # IR-strict
     out.append(dict(params=[leaves64(q) for q in params], centers=[leaves64(q) for q in centers], acc=acc, a=a,
-                    p=p, u=u, trained=was, active=active.copy(), loss=float(np.mean(losses))))
+                    d=d, p=p, u=u, trained=was, active=active.copy(), loss=float(np.mean(losses))))
   return out
 
 
@@ -220,6 +220,7 @@ def test_compiled_round_equals_a_python_loop_over_rounds_and_clients(main_run, r
     np.testing.assert_array_equal(e["trained"], ref["trained"].astype(np.float32))
     np.testing.assert_array_equal(e["active"], ref["active"].astype(np.float32))
     np.testing.assert_allclose(e["accuracy"], ref["acc"], atol=1e-6, err_msg=f"round {t}")
+    np.testing.assert_allclose(e["distance"], ref["d"], atol=1e-5, err_msg=f"round {t}")  # what the prices read
     np.testing.assert_allclose(e["payments"], ref["p"], rtol=1e-4, atol=1e-4, err_msg=f"round {t}")
     np.testing.assert_allclose(e["utility"], ref["u"], rtol=1e-4, atol=1e-4, err_msg=f"round {t}")
     assert float(e["welfare"]) == pytest.approx(ref["u"].sum(), rel=1e-4, abs=1e-4)
@@ -391,6 +392,20 @@ def test_metrics_reducer_of_a_hand_made_history():
   assert out["min_round_utility"] == pytest.approx(-2.0)  # client 1 in round 1 (round 2: out of the market)
   assert np.isnan(out["attacker_utility"]) and np.isnan(out["liar_utility"])  # no attacker, no liar
   assert A.ipfl_metrics({}, np.ones(3)) == {}
+
+
+def test_distance_summary_of_a_hand_made_history():
+  # 4 clients, client 3 the attacker; round 2: client 1 out of the market
+  d = np.array([[[0, .2, .6, 1.], [.2, 0, .4, .9], [.6, .4, 0, 1.1], [1., .9, 1.1, 0]],
+                [[0, .1, .7, .8], [.1, 0, .3, .9], [.7, .3, 0, 1.2], [.8, .9, 1.2, 0]]])
+  trained = np.array([[1, 1, 1, 1], [1, 0, 1, 1]], bool)
+  benign = np.array([True, True, True, False])
+  out = A.distance_summary(d, trained, benign)
+  # round 1: nearest honest 0.2, 0.2, 0.4; round 2 (client 1 gone): 0.7, 0.7
+  assert out["nearest_honest_distance_rounds"] == pytest.approx([0.8 / 3, 0.7])
+  assert out["nearest_honest_distance"] == pytest.approx((0.2 + 0.2 + 0.4 + 0.7 + 0.7) / 5)
+  assert out["attacker_distance"] == pytest.approx((1.0 + 0.9 + 1.1 + 0.8 + 1.2) / 5)
+  assert np.isnan(A.distance_summary(d, trained, np.ones(4, bool))["attacker_distance"])
 
 
 def test_registry_knows_ipfl_its_section_and_sweepable_keys():

@@ -456,7 +456,8 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
     if rule == "ditto":
       new["params"] = jax.tree_util.tree_map(keep(active), trained, state.params)
     return state.replace(**new), round_metrics(res, active, remaining, a, pay, u, acc, r, sent,
-                                               keep_graph=c <= GRAPH_CLIENTS, trained_mask=trains)
+                                               keep_graph=c <= GRAPH_CLIENTS, trained_mask=trains,
+                                               distance=out["d"] if rule == "market" else None)
 
   from fedjax_sim.data.federation import with_train_rows
   prepare = with_train_rows if rule == "fedfomo" else (lambda f: f)  # FedFomo scores neighbours on train rows
@@ -470,8 +471,9 @@ ones would hold R·C² numbers."""
 
 
 def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, keep_graph: bool = True,
-                  trained_mask=None) -> RoundMetrics:
-  """The platform's fields over the clients in the market and, in ``extra``, the market's ``[C]`` arrays."""
+                  trained_mask=None, distance=None) -> RoundMetrics:
+  """The platform's fields over the clients in the market and, in ``extra``, the market's ``[C]`` arrays; with
+  ``keep_graph``, also the ``[C, C]`` purchases and (the market rule) the distances d_ij the prices read."""
   c = active.shape[0]
   a = a > 0
   bought = jnp.sum(a, axis=1).astype(jnp.float32)
@@ -501,7 +503,8 @@ def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, ke
           "welfare": f32(M.social_welfare(u)),  # [] Σ_i U_i (eq. 5)
           "benign": f32(r["benign"]),  # [C] not an attacker or free rider (constant)
           "liar": f32(r["liar"]),  # [C] the liar (constant)
-      } | ({"graph": f32(a)} if keep_graph else {}))  # [C, C] this round's purchases (a_ij > 0)
+      } | ({"graph": f32(a)} if keep_graph else {})  # [C, C] this round's purchases (a_ij > 0)
+      | ({"distance": f32(distance)} if keep_graph and distance is not None else {}))  # [C, C] d_ij (eq. 2)
 
 
 def ipfl_metrics(extra: dict, active) -> dict:
@@ -546,6 +549,27 @@ def ipfl_metrics(extra: dict, active) -> dict:
   }
   if "graph" in extra:
     out["purchases"] = np.asarray(extra["graph"], np.float64)[act].sum(axis=0).tolist()
+  if "distance" in extra:
+    out.update(distance_summary(get("distance"), trained, benign))
+  return out
+
+
+def distance_summary(d: np.ndarray, trained: np.ndarray, benign: np.ndarray) -> dict:
+  """What the market's prices saw (docs/IPFL.md §7): from the ``[R, C, C]`` distances d_ij of the rounds that ran,
+  ``nearest_honest_distance`` — each benign client's smallest d_ij to another benign client in the market that
+  round, averaged over clients and rounds (and per round in ``nearest_honest_distance_rounds``) — and
+  ``attacker_distance``, the mean d_ij from benign clients to the attackers (NaN without attackers). A seller j
+  with reported cost c_j and distance d_ij costs buyer i c_j + λ d_ij N_j / N_i (Box 2's R_ij), so at equal sizes
+  an attacker reporting c = 0 at distance d_a undercuts i's nearest honest seller iff d_ij > d_a − c / λ."""
+  pair = trained[:, :, None] & trained[:, None, :] & benign[None, :, None] & benign[None, None, :]
+  pair &= ~np.eye(d.shape[1], dtype=bool)[None]
+  near = np.min(np.where(pair, d, np.inf), axis=2)  # [R, C]
+  ok = np.isfinite(near)
+  per_round = [float(row[m].mean()) if m.any() else float("nan") for row, m in zip(near, ok)]
+  out = {"nearest_honest_distance": float(near[ok].mean()) if ok.any() else float("nan"),
+         "nearest_honest_distance_rounds": per_round}
+  to_attacker = trained[:, :, None] & trained[:, None, :] & benign[None, :, None] & ~benign[None, None, :]
+  out["attacker_distance"] = float(d[to_attacker].mean()) if to_attacker.any() else float("nan")
   return out
 
 
