@@ -182,15 +182,43 @@ def attacks_markdown(summary: dict) -> tuple:
   return "\n".join(acc), "\n".join(util), claims
 
 
+def prices_markdown(summary: dict) -> str:
+  """What iPFL's prices saw, per iPFL row of an attack run (docs/IPFL.md §7): the mean distance from each benign
+  client to its nearest honest seller and to the attacker (``ipfl_metrics``' distance summary), the bound
+  d_a − c/λ below which a buyer's nearest honest seller is cheaper than an attacker reporting c = 0 at distance
+  d_a (Box 2's R_ij = c_j + λ d_ij N_j / N_i at equal sizes), and the attacker's sales (buyer-rounds). Empty when
+  no row recorded distances (federations above ``GRAPH_CLIENTS`` clients)."""
+  have = summary["methods"]
+  attackers = summary.get("config", {}).get("ipfl", {}).get("attackers", []) or []
+  lines = ["| method | nearest honest d | attacker's d_a | d_a − c/λ | attacker's sales (buyer-rounds) |",
+           "|---|---|---|---|---|"]
+  for name in ["ipfl"] + [f"ipfl_{a}" for a, _ in ATTACK_LABELS]:
+    near = seed_values(summary, name, "nearest_honest_distance") if name in have else np.array([])
+    if not np.isfinite(near).any():
+      continue
+    d_a = seed_values(summary, name, "attacker_distance")
+    cost, lam = effective_setting(summary, name, "ipfl.cost"), effective_setting(summary, name, "ipfl.lam")
+    bound = d_a - float(cost) / float(lam) if cost is not None and lam else np.full_like(d_a, np.nan)
+    sales = np.array([float(np.asarray(r.get("purchases", np.zeros((0, 0))), np.float64)[:, attackers].sum())
+                      if attackers and r.get("purchases") is not None else np.nan
+                      for r in have[name].get("per_seed", [])])
+    lines.append(f"| {name} | {cell(near, digits=3)} | {cell(d_a, digits=3)} | {cell(bound, digits=3)} | "
+                 f"{cell(sales, digits=1)} |")
+  return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def attacks_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tuple:
   del per_seed, out_dir
   acc, util, claims = attacks_markdown(summary)
   attackers = summary.get("config", {}).get("ipfl", {}).get("attackers", [])
-  text = "\n\n".join([
-      "## Paper 003 Fig. 4: benign accuracy (%) before and after each attack", acc,
-      f"## The attacker's utility Σ_t U (client(s) {list(attackers)})", util, _note(summary),
-      "### Issue 13's targets", claims_markdown(claims) if claims else "(no ipfl rows in the run)"])
-  return text, []
+  parts = ["## Paper 003 Fig. 4: benign accuracy (%) before and after each attack", acc,
+           f"## The attacker's utility Σ_t U (client(s) {list(attackers)})", util]
+  prices = prices_markdown(summary)
+  if prices:
+    parts += ["## What iPFL's prices saw (mean over rounds and benign clients; an attacker reporting c = 0 "
+              "undercuts a buyer's nearest honest seller when that seller's d exceeds d_a − c/λ)", prices]
+  parts += [_note(summary), "### Issue 13's targets", claims_markdown(claims) if claims else "(no ipfl rows in the run)"]
+  return "\n\n".join(parts), []
 
 
 # --- ipfl_liars (Table 2) --------------------------------------------------------------------------------------
