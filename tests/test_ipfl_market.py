@@ -425,3 +425,22 @@ def test_spec_roots_let_a_huge_data_claim_stop_the_market():
   a_box2 = np.asarray(graph(k, n, c, d, lam))
   assert a_spec[:2].sum() == 0.0
   assert a_box2[0, 1] > 0 and a_box2[1, 0] > 0 and a_box2[:, 2].sum() == 0.0
+
+
+@pytest.mark.parametrize("x,y,lam", [(0.3, 1.0, 2.0), (0.6, 0.8, 2.0), (0.6, 0.45, 2.0), (0.3, 1.0, 1.0),
+                                     (0.3, 1.0, 3.0), (0.05, 1.0, 2.0)])
+def test_undercut_script_matches_its_closed_form(x, y, lam):
+  # benchmarks/ipfl_undercut.py (docs/IPFL.md §7): at equal sizes an attacker reporting c = 0 at d_a = 1 is bought
+  # by every honest buyer when it is the cheapest seller (nearest honest d > d_a − c/λ), and here by none otherwise
+  import importlib.util
+  import pathlib
+  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "ipfl_undercut.py"
+  spec = importlib.util.spec_from_file_location("ipfl_undercut", path)
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  d = script.market_distances(9, 3, x, y, 1.0)
+  assert d[0, 1] == np.float32(x) and d[0, 3] == np.float32(y) and d[0, 8] == 1.0 and d[8, 8] == 0.0
+  out = script.attacker_round(d, 5333.0, 5e5, 1.0, lam)
+  cheapest = script.undercut(x, y, 1.0, 1.0, lam)
+  assert out["buyers"] == (8 if cheapest else 0)
+  assert (out["receipts"] > 0) == cheapest
