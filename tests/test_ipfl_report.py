@@ -65,10 +65,12 @@ def test_attacks_report_shows_what_the_prices_saw():
               ipfl={"attackers": [3], "cost": 1.0, "lam": 2.0})
   for name, near, d_a in (("ipfl", 0.30, 0.40), ("ipfl_shuffle", 0.60, 1.00)):
     for r in s["methods"][name]["per_seed"]:
-      r.update(nearest_honest_distance=near, attacker_distance=d_a)
+      r.update(nearest_honest_distance=near, attacker_distance=d_a, attacker_cheapest=0.25,
+               attacker_bought_when_cheapest=1.0, attacker_bought_otherwise=0.1)
   table = R.prices_markdown(s)
   # purchases' column 3 (sales of client 3) sums to 1 + 4 = 5; d_a − c/λ = d_a − 0.5
-  assert "| ipfl | 0.300 ± 0.000 | 0.400 ± 0.000 | -0.100 ± 0.000 | 5.0 ± 0.0 |" in table
+  assert "| ipfl | 0.300 ± 0.000 | 0.400 ± 0.000 | -0.100 ± 0.000 | 5.0 ± 0.0 | 25.0 ± 0.0 | 100.0 ± 0.0 / " \
+         "10.0 ± 0.0 |" in table
   assert "| ipfl_shuffle | 0.600 ± 0.000 | 1.000 ± 0.000 | 0.500 ± 0.000 | 5.0 ± 0.0 |" in table
   text, _ = R.attacks_report(s, {}, None)
   assert "prices saw" in text and table in text

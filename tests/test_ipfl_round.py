@@ -202,7 +202,7 @@ def reference_run(r):
     was = active.copy()
     active = active & ~(u < 0)  # IR-strict
     out.append(dict(params=[leaves64(q) for q in params], centers=[leaves64(q) for q in centers], acc=acc, a=a,
-                    d=d, p=p, u=u, trained=was, active=active.copy(), loss=float(np.mean(losses))))
+                    d=d, price=c_rep[None, :] + LAM * d * n_rep[None, :] / n_rep[:, None], p=p, u=u, trained=was, active=active.copy(), loss=float(np.mean(losses))))
   return out
 
 
@@ -221,6 +221,7 @@ def test_compiled_round_equals_a_python_loop_over_rounds_and_clients(main_run, r
     np.testing.assert_array_equal(e["active"], ref["active"].astype(np.float32))
     np.testing.assert_allclose(e["accuracy"], ref["acc"], atol=1e-6, err_msg=f"round {t}")
     np.testing.assert_allclose(e["distance"], ref["d"], atol=1e-5, err_msg=f"round {t}")  # what the prices read
+    np.testing.assert_allclose(e["price"], ref["price"], rtol=1e-5, atol=1e-5, err_msg=f"round {t}")  # Box 2's R_ij
     np.testing.assert_allclose(e["payments"], ref["p"], rtol=1e-4, atol=1e-4, err_msg=f"round {t}")
     np.testing.assert_allclose(e["utility"], ref["u"], rtol=1e-4, atol=1e-4, err_msg=f"round {t}")
     assert float(e["welfare"]) == pytest.approx(ref["u"].sum(), rel=1e-4, abs=1e-4)
@@ -405,7 +406,29 @@ def test_distance_summary_of_a_hand_made_history():
   assert out["nearest_honest_distance_rounds"] == pytest.approx([0.8 / 3, 0.7])
   assert out["nearest_honest_distance"] == pytest.approx((0.2 + 0.2 + 0.4 + 0.7 + 0.7) / 5)
   assert out["attacker_distance"] == pytest.approx((1.0 + 0.9 + 1.1 + 0.8 + 1.2) / 5)
+  assert out["attacker_distance_rounds"] == pytest.approx([1.0, (0.8 + 1.2) / 2])
   assert np.isnan(A.distance_summary(d, trained, np.ones(4, bool))["attacker_distance"])
+
+
+def test_undercut_summary_of_a_hand_made_history():
+  # 4 clients, client 3 the attacker; prices R_ij (buyer i, seller j); round 2: client 1 out of the market
+  inf = 9.0  # the diagonal is never read
+  price = np.array([[[inf, 2.0, 3.0, 1.5], [2.0, inf, 2.5, 3.0], [1.0, 2.0, inf, 1.2], [5, 5, 5, inf]],
+                    [[inf, 0.5, 3.0, 1.5], [2.0, inf, 2.5, 1.0], [1.0, 2.0, inf, 0.9], [5, 5, 5, inf]]])
+  bought = np.zeros((2, 4, 4), bool)
+  bought[0, 0, 3] = True  # round 1: client 0 buys the attacker (cheapest: 1.5 < 2.0)
+  bought[0, 2, 0] = True  # client 2 buys client 0 (1.0 < 1.2: the attacker not the cheapest)
+  bought[1, 2, 3] = True  # round 2: client 2 buys the attacker (0.9 < 1.0)
+  bought[1, 1, 3] = True  # client 1 is out of the market in round 2: not counted
+  trained = np.array([[1, 1, 1, 1], [1, 0, 1, 1]], bool)
+  benign = np.array([True, True, True, False])
+  out = A.undercut_summary(price, bought, trained, benign)
+  # pairs: round 1 buyers 0, 1, 2 (cheapest: yes, no, no); round 2 buyers 0, 2 (honest sellers: 2 for buyer 0
+  # at 3.0 vs the attacker's 1.5 → yes; 0 for buyer 2 at 1.0 vs 0.9 → yes)
+  assert out["attacker_cheapest"] == pytest.approx(3 / 5)
+  assert out["attacker_bought"] == pytest.approx(2 / 5)
+  assert out["attacker_bought_when_cheapest"] == pytest.approx(2 / 3)
+  assert out["attacker_bought_otherwise"] == pytest.approx(0.0)
 
 
 def test_registry_knows_ipfl_its_section_and_sweepable_keys():

@@ -457,7 +457,9 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
       new["params"] = jax.tree_util.tree_map(keep(active), trained, state.params)
     return state.replace(**new), round_metrics(res, active, remaining, a, pay, u, acc, r, sent,
                                                keep_graph=c <= GRAPH_CLIENTS, trained_mask=trains,
-                                               distance=out["d"] if rule == "market" else None)
+                                               distance=out["d"] if rule == "market" else None,
+                                               price=seller_prices(out["d"], v["n_rep"], v["c_rep"], h.lam)
+                                               if rule == "market" else None)
 
   from fedjax_sim.data.federation import with_train_rows
   prepare = with_train_rows if rule == "fedfomo" else (lambda f: f)  # FedFomo scores neighbours on train rows
@@ -470,10 +472,17 @@ GRAPH_CLIENTS = 64
 ones would hold R·C² numbers."""
 
 
+def seller_prices(d: jax.Array, n_rep: jax.Array, c_rep: jax.Array, lam) -> jax.Array:
+  """``[C, C]`` R_ij = c_j + λ d_ij N_j / N_i, what buyer i's threshold for seller j prices (paper 003 Box 2;
+  reported N and c, :func:`~.market.thresholds`): the lower R_ij, the higher T_ij and the earlier i takes j."""
+  return c_rep[None, :] + lam * d * n_rep[None, :] / n_rep[:, None]
+
+
 def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, keep_graph: bool = True,
-                  trained_mask=None, distance=None) -> RoundMetrics:
+                  trained_mask=None, distance=None, price=None) -> RoundMetrics:
   """The platform's fields over the clients in the market and, in ``extra``, the market's ``[C]`` arrays; with
-  ``keep_graph``, also the ``[C, C]`` purchases and (the market rule) the distances d_ij the prices read."""
+  ``keep_graph``, also the ``[C, C]`` purchases and (the market rule) the distances d_ij and prices R_ij that Box 2
+  read."""
   c = active.shape[0]
   a = a > 0
   bought = jnp.sum(a, axis=1).astype(jnp.float32)
@@ -504,7 +513,8 @@ def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, ke
           "benign": f32(r["benign"]),  # [C] not an attacker or free rider (constant)
           "liar": f32(r["liar"]),  # [C] the liar (constant)
       } | ({"graph": f32(a)} if keep_graph else {})  # [C, C] this round's purchases (a_ij > 0)
-      | ({"distance": f32(distance)} if keep_graph and distance is not None else {}))  # [C, C] d_ij (eq. 2)
+      | ({"distance": f32(distance)} if keep_graph and distance is not None else {})  # [C, C] d_ij (eq. 2)
+      | ({"price": f32(price)} if keep_graph and price is not None else {}))  # [C, C] R_ij (Box 2)
 
 
 def ipfl_metrics(extra: dict, active) -> dict:
@@ -551,6 +561,8 @@ def ipfl_metrics(extra: dict, active) -> dict:
     out["purchases"] = np.asarray(extra["graph"], np.float64)[act].sum(axis=0).tolist()
   if "distance" in extra:
     out.update(distance_summary(get("distance"), trained, benign))
+  if "price" in extra and "graph" in extra and (~benign).any():
+    out.update(undercut_summary(get("price"), get("graph") > 0, trained, benign))
   return out
 
 
@@ -570,7 +582,29 @@ def distance_summary(d: np.ndarray, trained: np.ndarray, benign: np.ndarray) -> 
          "nearest_honest_distance_rounds": per_round}
   to_attacker = trained[:, :, None] & trained[:, None, :] & benign[None, :, None] & ~benign[None, None, :]
   out["attacker_distance"] = float(d[to_attacker].mean()) if to_attacker.any() else float("nan")
+  out["attacker_distance_rounds"] = [float(row[m].mean()) if m.any() else float("nan")
+                                     for row, m in zip(d, to_attacker)]
   return out
+
+
+def undercut_summary(price: np.ndarray, bought: np.ndarray, trained: np.ndarray, benign: np.ndarray) -> dict:
+  """Whether the attackers sell by being the cheapest (docs/IPFL.md §7), from the ``[R, C, C]`` prices R_ij and
+  purchases of the rounds that ran, over (benign buyer in the market, round) pairs with an attacker and an honest
+  seller in the market: ``attacker_cheapest``, the fraction where some attacker's price is below every honest
+  seller's; ``attacker_bought``, the fraction where the buyer bought from an attacker; ``attacker_bought_when_
+  cheapest`` and ``attacker_bought_otherwise``, the latter's rate split by the former (NaN where no pair)."""
+  c = price.shape[1]
+  other = ~np.eye(c, dtype=bool)[None]
+  seller = trained[:, None, :] & other  # [R, buyer, seller]
+  honest = np.where(seller & benign[None, None, :], price, np.inf).min(axis=2)  # [R, C]
+  attack = np.where(seller & ~benign[None, None, :], price, np.inf).min(axis=2)
+  pairs = trained & benign[None, :] & np.isfinite(honest) & np.isfinite(attack)
+  cheapest = attack < honest
+  took = np.any(bought & seller & ~benign[None, None, :], axis=2)
+  rate = lambda m: float(took[m].mean()) if m.any() else float("nan")  # noqa: E731
+  return {"attacker_cheapest": float(cheapest[pairs].mean()) if pairs.any() else float("nan"),
+          "attacker_bought": rate(pairs), "attacker_bought_when_cheapest": rate(pairs & cheapest),
+          "attacker_bought_otherwise": rate(pairs & ~cheapest)}
 
 
 def check_federation(name: str, config, num_clients: int) -> None:

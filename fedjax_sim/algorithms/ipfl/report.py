@@ -186,12 +186,14 @@ def prices_markdown(summary: dict) -> str:
   """What iPFL's prices saw, per iPFL row of an attack run (docs/IPFL.md §7): the mean distance from each benign
   client to its nearest honest seller and to the attacker (``ipfl_metrics``' distance summary), the bound
   d_a − c/λ below which a buyer's nearest honest seller is cheaper than an attacker reporting c = 0 at distance
-  d_a (Box 2's R_ij = c_j + λ d_ij N_j / N_i at equal sizes), and the attacker's sales (buyer-rounds). Empty when
-  no row recorded distances (federations above ``GRAPH_CLIENTS`` clients)."""
+  d_a (Box 2's R_ij = c_j + λ d_ij N_j / N_i at equal sizes), the attacker's sales (buyer-rounds), how often it
+  was a buyer's cheapest seller at the recorded prices and how often it was bought then and otherwise
+  (``undercut_summary``). Empty when no row recorded distances (federations above ``GRAPH_CLIENTS`` clients)."""
   have = summary["methods"]
   attackers = summary.get("config", {}).get("ipfl", {}).get("attackers", []) or []
-  lines = ["| method | nearest honest d | attacker's d_a | d_a − c/λ | attacker's sales (buyer-rounds) |",
-           "|---|---|---|---|---|"]
+  lines = ["| method | nearest honest d | attacker's d_a | d_a − c/λ | attacker's sales (buyer-rounds) | attacker "
+           "the cheapest seller (% of buyer-rounds) | bought from it when cheapest / otherwise (%) |",
+           "|---|---|---|---|---|---|---|"]
   for name in ["ipfl"] + [f"ipfl_{a}" for a, _ in ATTACK_LABELS]:
     near = seed_values(summary, name, "nearest_honest_distance") if name in have else np.array([])
     if not np.isfinite(near).any():
@@ -202,8 +204,11 @@ def prices_markdown(summary: dict) -> str:
     sales = np.array([float(np.asarray(r.get("purchases", np.zeros((0, 0))), np.float64)[:, attackers].sum())
                       if attackers and r.get("purchases") is not None else np.nan
                       for r in have[name].get("per_seed", [])])
+    when = cell(seed_values(summary, name, "attacker_bought_when_cheapest"), 100.0)
+    otherwise = cell(seed_values(summary, name, "attacker_bought_otherwise"), 100.0)
     lines.append(f"| {name} | {cell(near, digits=3)} | {cell(d_a, digits=3)} | {cell(bound, digits=3)} | "
-                 f"{cell(sales, digits=1)} |")
+                 f"{cell(sales, digits=1)} | {cell(seed_values(summary, name, 'attacker_cheapest'), 100.0)} | "
+                 f"{when} / {otherwise} |")
   return "\n".join(lines) if len(lines) > 2 else ""
 
 
