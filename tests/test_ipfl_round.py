@@ -429,6 +429,10 @@ def test_undercut_summary_of_a_hand_made_history():
   assert out["attacker_bought"] == pytest.approx(2 / 5)
   assert out["attacker_bought_when_cheapest"] == pytest.approx(2 / 3)
   assert out["attacker_bought_otherwise"] == pytest.approx(0.0)
+  # a benign client with K = 0 (a pure seller) never buys and is not counted as a buyer
+  sellers_out = A.undercut_summary(price, bought, trained, benign, np.array([True, True, False, True]))
+  assert sellers_out["attacker_cheapest"] == pytest.approx(2 / 3)  # round 1: 0 yes, 1 no; round 2: 0 yes
+  assert sellers_out["attacker_bought_when_cheapest"] == pytest.approx(1 / 2)
 
 
 def test_registry_knows_ipfl_its_section_and_sweepable_keys():

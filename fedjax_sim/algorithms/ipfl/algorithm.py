@@ -455,11 +455,11 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
       new["cluster_vec"] = jnp.where(active[:, None], upd["cluster_vec"], state.cluster_vec)
     if rule == "ditto":
       new["params"] = jax.tree_util.tree_map(keep(active), trained, state.params)
+    box2 = {}  # what the market's Box 2 read: distances, prices, who can buy
+    if rule == "market":
+      box2 = dict(distance=out["d"], price=seller_prices(out["d"], v["n_rep"], v["c_rep"], h.lam), buyer=v["k"] > 0)
     return state.replace(**new), round_metrics(res, active, remaining, a, pay, u, acc, r, sent,
-                                               keep_graph=c <= GRAPH_CLIENTS, trained_mask=trains,
-                                               distance=out["d"] if rule == "market" else None,
-                                               price=seller_prices(out["d"], v["n_rep"], v["c_rep"], h.lam)
-                                               if rule == "market" else None)
+                                               keep_graph=c <= GRAPH_CLIENTS, trained_mask=trains, **box2)
 
   from fedjax_sim.data.federation import with_train_rows
   prepare = with_train_rows if rule == "fedfomo" else (lambda f: f)  # FedFomo scores neighbours on train rows
@@ -479,10 +479,10 @@ def seller_prices(d: jax.Array, n_rep: jax.Array, c_rep: jax.Array, lam) -> jax.
 
 
 def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, keep_graph: bool = True,
-                  trained_mask=None, distance=None, price=None) -> RoundMetrics:
+                  trained_mask=None, distance=None, price=None, buyer=None) -> RoundMetrics:
   """The platform's fields over the clients in the market and, in ``extra``, the market's ``[C]`` arrays; with
   ``keep_graph``, also the ``[C, C]`` purchases and (the market rule) the distances d_ij and prices R_ij that Box 2
-  read."""
+  read, with ``buyer`` ``[C]`` (K_i > 0: who can buy at all)."""
   c = active.shape[0]
   a = a > 0
   bought = jnp.sum(a, axis=1).astype(jnp.float32)
@@ -514,7 +514,8 @@ def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, ke
           "liar": f32(r["liar"]),  # [C] the liar (constant)
       } | ({"graph": f32(a)} if keep_graph else {})  # [C, C] this round's purchases (a_ij > 0)
       | ({"distance": f32(distance)} if keep_graph and distance is not None else {})  # [C, C] d_ij (eq. 2)
-      | ({"price": f32(price)} if keep_graph and price is not None else {}))  # [C, C] R_ij (Box 2)
+      | ({"price": f32(price), "buyer": f32(jnp.broadcast_to(True if buyer is None else buyer, (c,)))}
+         if keep_graph and price is not None else {}))  # [C, C] R_ij (Box 2); [C] K_i > 0
 
 
 def ipfl_metrics(extra: dict, active) -> dict:
@@ -527,7 +528,8 @@ def ipfl_metrics(extra: dict, active) -> dict:
   the liar; ``mean_degree``: purchases per client-round in the market; ``welfare_sum``: Σ_t SW_t;
   ``final_active``: clients still in the market after the last round that ran; ``utility_clients`` and
   ``best_accuracy_clients``: the per-client figures (paper Fig. 3); ``payment_clients``: Σ_t p_i; ``purchases``: the ``[C, C]`` count of rounds
-  in which i bought from j (Fig. 5's transaction graph).
+  in which i bought from j (Fig. 5's transaction graph); from the market's recorded distances and prices, the
+  entries of :func:`distance_summary` and :func:`undercut_summary`.
   """
   if not extra or "utility" not in extra:
     return {}
@@ -562,7 +564,8 @@ def ipfl_metrics(extra: dict, active) -> dict:
   if "distance" in extra:
     out.update(distance_summary(get("distance"), trained, benign))
   if "price" in extra and "graph" in extra and (~benign).any():
-    out.update(undercut_summary(get("price"), get("graph") > 0, trained, benign))
+    buyer = get("buyer")[0] > 0 if "buyer" in extra else np.ones(u.shape[1], bool)
+    out.update(undercut_summary(get("price"), get("graph") > 0, trained, benign, buyer))
   return out
 
 
@@ -587,10 +590,11 @@ def distance_summary(d: np.ndarray, trained: np.ndarray, benign: np.ndarray) -> 
   return out
 
 
-def undercut_summary(price: np.ndarray, bought: np.ndarray, trained: np.ndarray, benign: np.ndarray) -> dict:
+def undercut_summary(price: np.ndarray, bought: np.ndarray, trained: np.ndarray, benign: np.ndarray,
+                     buyers: np.ndarray | None = None) -> dict:
   """Whether the attackers sell by being the cheapest (docs/IPFL.md §7), from the ``[R, C, C]`` prices R_ij and
   purchases of the rounds that ran, over (benign buyer in the market, round) pairs with an attacker and an honest
-  seller in the market: ``attacker_cheapest``, the fraction where some attacker's price is below every honest
+  seller in the market (``buyers`` ``[C]``: the benign clients counted as buyers, K_i > 0; all when None): ``attacker_cheapest``, the fraction where some attacker's price is below every honest
   seller's; ``attacker_bought``, the fraction where the buyer bought from an attacker; ``attacker_bought_when_
   cheapest`` and ``attacker_bought_otherwise``, the latter's rate split by the former (NaN where no pair)."""
   c = price.shape[1]
@@ -598,7 +602,8 @@ def undercut_summary(price: np.ndarray, bought: np.ndarray, trained: np.ndarray,
   seller = trained[:, None, :] & other  # [R, buyer, seller]
   honest = np.where(seller & benign[None, None, :], price, np.inf).min(axis=2)  # [R, C]
   attack = np.where(seller & ~benign[None, None, :], price, np.inf).min(axis=2)
-  pairs = trained & benign[None, :] & np.isfinite(honest) & np.isfinite(attack)
+  buyers = benign if buyers is None else benign & buyers
+  pairs = trained & buyers[None, :] & np.isfinite(honest) & np.isfinite(attack)
   cheapest = attack < honest
   took = np.any(bought & seller & ~benign[None, None, :], axis=2)
   rate = lambda m: float(took[m].mean()) if m.any() else float("nan")  # noqa: E731
