@@ -457,7 +457,8 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
       new["params"] = jax.tree_util.tree_map(keep(active), trained, state.params)
     box2 = {}  # what the market's Box 2 read: distances, prices, who can buy
     if rule == "market":
-      box2 = dict(distance=out["d"], price=seller_prices(out["d"], v["n_rep"], v["c_rep"], h.lam), buyer=v["k"] > 0)
+      box2 = dict(distance=out["d"], price=M.seller_prices(v["n_rep"], v["c_rep"], out["d"], h.lam),
+                  buyer=v["k"] > 0)
     return state.replace(**new), round_metrics(res, active, remaining, a, pay, u, acc, r, sent,
                                                keep_graph=c <= GRAPH_CLIENTS, trained_mask=trains, **box2)
 
@@ -470,12 +471,6 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
 GRAPH_CLIENTS = 64
 """Federations up to this size record every round's ``[C, C]`` purchases in the history (Fig. 5's graph); larger
 ones would hold R·C² numbers."""
-
-
-def seller_prices(d: jax.Array, n_rep: jax.Array, c_rep: jax.Array, lam) -> jax.Array:
-  """``[C, C]`` R_ij = c_j + λ d_ij N_j / N_i, what buyer i's threshold for seller j prices (paper 003 Box 2;
-  reported N and c, :func:`~.market.thresholds`): the lower R_ij, the higher T_ij and the earlier i takes j."""
-  return c_rep[None, :] + lam * d * n_rep[None, :] / n_rep[:, None]
 
 
 def round_metrics(res, active, remaining, a, pay, u, acc, r: dict, sent: int, keep_graph: bool = True,

@@ -97,6 +97,12 @@ def total_gain(k: jax.Array, n: jax.Array, a: jax.Array, n_sellers: jax.Array | 
 
 # --- thresholds (Box 2, first loop) --------------------------------------------------------------------------
 
+def seller_prices(n: jax.Array, c: jax.Array, d: jax.Array, lam) -> jax.Array:
+  """``[m, m]`` R_ij = c_j + λ d_ij N_j / N_i, the price buyer i's threshold for seller j solves against (paper 003
+  Box 2; reported N and c): the lower R_ij, the higher T_ij and the earlier i takes j."""
+  return c[None, :] + lam * d * n[None, :] / n[:, None]
+
+
 def thresholds(k: jax.Array, n: jax.Array, c: jax.Array, d: jax.Array, lam, iters: int = 32,
                unaffordable_last: bool = True) -> jax.Array:
   """T_ij: the total data of buyer i up to which buying j pays off (paper 003 Box 2; SPEC §5).
@@ -146,7 +152,7 @@ def thresholds(k: jax.Array, n: jax.Array, c: jax.Array, d: jax.Array, lam, iter
   """
   m = n.shape[0]
   ki, ni, nj = k[:, None], n[:, None], n[None, :]
-  rhs = c[None, :] + lam * d * nj / ni
+  rhs = seller_prices(n, c, d, lam)
   r = jnp.where(rhs > 0, rhs, 1.0)
   sk = jnp.sqrt(ki)
   big = (sk * nj / 2.0) ** (2.0 / 3.0) * r ** (-2.0 / 3.0)  # A, without overflowing at tiny R
