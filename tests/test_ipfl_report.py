@@ -60,6 +60,19 @@ def test_attacks_table_and_claims():
   assert "prices saw" not in text  # no distances recorded: no table
 
 
+def test_attacks_table_has_a_row_for_an_attacker_that_keeps_its_model():
+  s = summary({"ipfl": (0.80, 5.0, 0.0, 4.0), "ipfl_sign_flip": (0.79, 5.0, 0.0, 6.0),
+               "ipfl_sign_flip_kept": (0.795, 5.0, 0.0, 2.0)}, ipfl={"attackers": [3]})
+  acc, util, claims = R.attacks_markdown(s)
+  assert "| iPFL | 80.0 ± 0.0 | — | 79.0 ± 0.0 | — | — |" in acc
+  assert "| iPFL, attacker keeps its model | 80.0 ± 0.0 | — | 79.5 ± 0.0 | — | — |" in acc
+  assert "| iPFL, attacker keeps its model | 4.00 ± 0.00 | — | 2.00 ± 0.00 | — | — |" in util
+  ok = {text: v for text, v, _ in claims}
+  assert not ok["iPFL, sign flip: the attacker's utility falls"]
+  assert ok["iPFL, sign flip (attacker keeps its model): the attacker's utility falls"]
+  assert ok["iPFL, sign flip (attacker keeps its model): benign accuracy holds (within 1 point)"]
+
+
 def test_attacks_report_shows_what_the_prices_saw():
   s = summary({"ipfl": (0.80, 5.0, 0.0, 4.0), "ipfl_shuffle": (0.795, 5.0, 0.0, 1.0)},
               ipfl={"attackers": [3], "cost": 1.0, "lam": 2.0})

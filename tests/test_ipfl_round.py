@@ -18,11 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.flatten_util import ravel_pytree
 
 from fedjax_sim.algorithms import registry
 from fedjax_sim.algorithms.ipfl import algorithm as A
 from fedjax_sim.algorithms.ipfl import market as M
-from fedjax_sim.config import ExperimentConfig, LearnerConfig, apply_overrides, load_experiment, validate
+from fedjax_sim.config import (ExperimentConfig, LearnerConfig, apply_overrides, config_for_method, load_experiment,
+                               validate)
 from fedjax_sim.data.datasets import LabeledData
 from fedjax_sim.data.labeled import from_partition
 from fedjax_sim.engine.local import ClientContext, ClientData
@@ -487,3 +489,34 @@ def test_a_free_riders_diverged_discarded_lane_is_not_a_fault():
   assert int(m.nonfinite_client) == 0
   m = A.round_metrics(res, active, active, jnp.zeros((c, c)), zeros, zeros, zeros, roles, 1)
   assert int(m.nonfinite_client) == 3  # a kept lane: client 2, reported 1-based
+
+
+def test_an_attacker_that_keeps_its_model_sends_the_same_upload():
+  """``ipfl.attack_in_place = false`` (``ipfl_sign_flip_kept``): round 1's upload, graph, payments and utilities
+  are the in-place attack's, but the attacker's next start model and center are its trained model, not −θ; the
+  other clients' are unchanged. With another rule the setting is refused."""
+  host = tiny_federation()
+  one = jax.random.split(jax.random.key(5), 1)[0]
+  out = {}
+  for name in ("ipfl_sign_flip", "ipfl_sign_flip_kept"):
+    config = config_for_method(apply_overrides(CONFIG, {"methods": name, "ipfl.attackers": (2,),
+                                                        "ipfl.dropout": "none"}), registry.preset(name))
+    algorithm, _ = registry.build_method(name, config, host)
+    fed = algorithm.prepare(host)
+    hyper = registry.hyper_from_config(config, name)
+    state = jax.jit(algorithm.init)(jax.random.key(0), fed, hyper)
+    new, m = jax.jit(algorithm.round)(one, state, fed, hyper, jnp.asarray(1, jnp.int32))
+    out[name] = (jax.vmap(lambda p: ravel_pytree(p)[0])(new.params), jax.vmap(lambda p: ravel_pytree(p)[0])(
+        new.center), jax.device_get(m))
+  (p_in, c_in, m_in), (p_kept, c_kept, m_kept) = out["ipfl_sign_flip"], out["ipfl_sign_flip_kept"]
+  for key in ("graph", "payments", "utility", "distance", "price"):
+    np.testing.assert_array_equal(m_in.extra[key], m_kept.extra[key])
+  np.testing.assert_array_equal(p_kept[2], -p_in[2])  # the trained model, not its flip
+  np.testing.assert_array_equal(c_kept[2], p_kept[2])  # it buys nothing (K = 0): its center is its model
+  np.testing.assert_array_equal(c_in[2], p_in[2])
+  others = np.arange(len(SIZES)) != 2
+  np.testing.assert_array_equal(p_kept[others], p_in[others])
+  np.testing.assert_array_equal(c_kept[others], c_in[others])
+  assert np.abs(np.asarray(p_kept[2])).sum() > 0
+  with pytest.raises(ConfigError, match="ipfl.attack_in_place = false is defined for ipfl.rule = market only"):
+    apply_overrides(CONFIG, {"ipfl.rule": "fedavg", "ipfl.attack_in_place": False})

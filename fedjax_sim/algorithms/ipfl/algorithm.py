@@ -22,7 +22,10 @@ comparison — so attacks, liars, roles, drop-out and the utility accounting app
 3. **Attacks** (``ipfl.attackers``, ``ipfl.attack``; the authors' ``attack.py``): an attacker uploads its trained
    model shuffled (a fresh random permutation of the flat vector every round) or sign-flipped (−θ); a free rider
    uploads all ones (``same_value``) or N(0, 1) draws (``gauss``). The upload replaces the attacker's own model,
-   as the authors' code modifies the client's network in place.
+   as the authors' code modifies the client's network in place (``ipfl.attack_in_place = true``, the default).
+   Paper 003 does not say whether its attacker kept the corrupted model; with ``attack_in_place = false`` (market
+   rule only) a shuffling or sign-flipping attacker corrupts only what it sends and keeps its trained model and
+   center for the next round (docs/IPFL.md §7: the in-place sign flip makes every other upload a usable model).
 4. **The rule** turns the uploads into a graph and the next round's start models and centers:
    ``market`` (iPFL: distance, Box 2 thresholds and greedy graph on the reported K, N, c; payments eq. 13; prox
    centers eq. 8; each client keeps its own model), ``local`` (no graph), ``fedavg`` / ``fedprox`` (everyone buys
@@ -115,6 +118,9 @@ class IPFLConfig:
   # attack = none they are honest but still reported apart (excluded from the benign accuracy, their utility as
   # attacker_utility): a clean run's "before" figures
   attack: str = setting("none", one_of(*ATTACKS))  # what the attackers upload (module docstring, stage 3)
+  attack_in_place: bool = setting(True, one_of(True, False))  # the corrupted upload replaces a shuffling or
+  # sign-flipping attacker's own model (the authors' code), or (False; market rule only) the attacker keeps its
+  # trained model and center and corrupts only what it sends (paper 003 does not say; stage 3)
   liar: int = setting(-1, at_least(-1))  # the one client that misreports N or c (SPEC §5 "liars"; Table 2), a
   # client index < C, or −1 = none
   liar_size_ratio: float = setting(1.0, positive())  # the liar reports int(N·ratio) train rows (issue 13; SPEC §5:
@@ -377,8 +383,8 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
     best = jnp.where(active, jnp.fmax(state.best, acc), state.best)
     # 3. attacks on the uploads
     flat0, unravel = ravel_pytree(state.theta0)
-    flat = jax.vmap(lambda p: ravel_pytree(p)[0])(uploaded)
-    flat = attack_uploads(k_attack, flat, r, settings.attack)
+    clean = jax.vmap(lambda p: ravel_pytree(p)[0])(uploaded)
+    flat = attack_uploads(k_attack, clean, r, settings.attack)
     unstack = jax.vmap(unravel)
     # 4. the rule
     n_real = federation.n_train.astype(jnp.float32)
@@ -390,6 +396,10 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
                          h.eta, iters=settings.threshold_iters, unaffordable_last=settings.unaffordable_last)
       a, pay = out["a"], out["p"]
       nxt, upd["center"] = flat, out["center"]
+      if not settings.attack_in_place:
+        # the attacker keeps its trained model; it buys nothing (K = 0), so its center is its own model too
+        kept = r["attacker"][:, None]
+        nxt, upd["center"] = jnp.where(kept, clean, nxt), jnp.where(kept, clean, upd["center"])
     elif rule == "local":
       a, nxt = jnp.zeros((c, c), jnp.float32), flat
     elif rule in ("fedavg", "fedprox", "ditto"):
@@ -627,8 +637,11 @@ def check_federation(name: str, config, num_clients: int) -> None:
 
 
 def _validate(settings: IPFLConfig, config) -> None:
-  """Two-field checks: every client has at most one role."""
+  """Two-field checks: every client has at most one role; ``attack_in_place = false`` needs the market rule."""
   from fedjax_sim.errors import ConfigError
+  if not settings.attack_in_place and settings.rule != "market":
+    raise ConfigError(f"ipfl.attack_in_place = false is defined for ipfl.rule = market only (here "
+                      f"{settings.rule!r}); set ipfl.attack_in_place = true or ipfl.rule = market")
   seen = {}
   for key in ("traders", "buyers", "sellers"):
     for i in getattr(settings, key):
@@ -665,13 +678,17 @@ PRESETS = {
 }
 PRESETS.update({f"{name}_{attack}": dict(preset, **{"ipfl.attack": attack})
                 for name, preset in list(PRESETS.items()) if name != "ipfl_playground" for attack in ATTACKS[1:]})
+PRESETS.update({f"ipfl_{attack}_kept": {"ipfl.attack": attack, "ipfl.attack_in_place": False}
+                for attack in ("shuffle", "sign_flip")})  # the attacker keeps its trained model (stage 3)
 PRESETS.update({  # paper 003 Table 2: one liar (ipfl.liar, set by the experiment) misreports N or c
     "ipfl_liar_n01": {"ipfl.liar_size_ratio": 0.1}, "ipfl_liar_n05": {"ipfl.liar_size_ratio": 0.5},
     "ipfl_liar_n10": {"ipfl.liar_size_ratio": 10.0}, "ipfl_liar_c2": {"ipfl.liar_cost_ratio": 2.0},
     "ipfl_liar_c5": {"ipfl.liar_cost_ratio": 5.0}, "ipfl_liar_c10": {"ipfl.liar_cost_ratio": 10.0}})
 """iPFL and its seven baselines (issue 13 item 5) as presets of one family: the same stages with another rule, so
 attacks, liars, roles and drop-out (``--set ipfl.attack=…``) act on every row alike. ``NAME_ATTACK`` is ``NAME``
-under one of the four attacks (``ipfl_fedavg_shuffle``; Fig. 4), ``ipfl_liar_*`` iPFL with a lying client
+under one of the four attacks (``ipfl_fedavg_shuffle``; Fig. 4), ``ipfl_shuffle_kept`` and
+``ipfl_sign_flip_kept`` iPFL under an attacker that keeps its trained model (``ipfl.attack_in_place = false``),
+``ipfl_liar_*`` iPFL with a lying client
 (Table 2: ``n01``, ``n05``, ``n10`` report N × 0.1, 0.5, 10; ``c2``, ``c5``, ``c10`` c × 2, 5, 10). The liars' ratios are traced: every ``ipfl_liar_*`` preset compiles to the same program."""
 
 

@@ -153,6 +153,18 @@ def compare_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tupl
 # --- ipfl_attacks (Fig. 4) -------------------------------------------------------------------------------------
 
 
+KEPT_ATTACKS = ("shuffle", "sign_flip")
+"""The attacks with an ``ipfl_ATTACK_kept`` preset (``ipfl.attack_in_place = false``: the attacker keeps its
+trained model)."""
+
+
+def _ipfl_attack_rows() -> list:
+  """(method, label) of iPFL under each attack, then under each attack whose attacker keeps its model."""
+  return ([(f"ipfl_{a}", lab) for a, lab in ATTACK_LABELS]
+          + [(f"ipfl_{a}_kept", f"{lab} (attacker keeps its model)") for a, lab in ATTACK_LABELS
+             if a in KEPT_ATTACKS])
+
+
 def attacks_markdown(summary: dict) -> tuple:
   """The benign-accuracy and attacker-utility tables, and iPFL's claims."""
   have = summary["methods"]
@@ -167,11 +179,17 @@ def attacks_markdown(summary: dict) -> tuple:
                                             else "—" for c in cols) + " |")
     util.append(f"| {label} | " + " | ".join(cell(seed_values(summary, c, "attacker_utility"), digits=2)
                                              if c in have else "—" for c in cols) + " |")
+  kept = ["ipfl"] + [f"ipfl_{a}_kept" if a in KEPT_ATTACKS else None for a, _ in ATTACK_LABELS]
+  if any(c in have for c in kept[1:] if c):
+    label = "iPFL, attacker keeps its model"
+    acc.append(f"| {label} | " + " | ".join(cell(seed_values(summary, c, "best_accuracy"), 100.0) if c in have
+                                            else "—" for c in kept) + " |")
+    util.append(f"| {label} | " + " | ".join(cell(seed_values(summary, c, "attacker_utility"), digits=2)
+                                             if c in have else "—" for c in kept) + " |")
   claims = []
   if "ipfl" in have:
     clean_u, clean_a = _mean(summary, "ipfl", "attacker_utility"), _mean(summary, "ipfl", "best_accuracy")
-    for a, lab in ATTACK_LABELS:
-      name = f"ipfl_{a}"
+    for name, lab in _ipfl_attack_rows():
       if name not in have:
         continue
       u, acc_a = _mean(summary, name, "attacker_utility"), _mean(summary, name, "best_accuracy")
@@ -194,7 +212,7 @@ def prices_markdown(summary: dict) -> str:
   lines = ["| method | nearest honest d | attacker's d_a | d_a − c/λ | attacker's sales (buyer-rounds) | attacker "
            "the cheapest seller (% of buyer-rounds) | bought from it when cheapest / otherwise (%) |",
            "|---|---|---|---|---|---|---|"]
-  for name in ["ipfl"] + [f"ipfl_{a}" for a, _ in ATTACK_LABELS]:
+  for name in ["ipfl"] + [row for row, _ in _ipfl_attack_rows()]:
     near = seed_values(summary, name, "nearest_honest_distance") if name in have else np.array([])
     if not np.isfinite(near).any():
       continue
