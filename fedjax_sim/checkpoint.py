@@ -24,6 +24,7 @@ import pathlib
 from typing import Callable, Optional
 
 import jax
+import jax.numpy as jnp
 
 from fedjax_sim.engine.placement import is_key as _is_key
 from fedjax_sim.errors import ConfigError
@@ -51,17 +52,30 @@ def _key_impl(a):
   return impl if impl is not None else jax.random.key_impl(jax.random.key(0))
 
 
+def _stored_shape(a) -> tuple:
+  """The shape a leaf is saved with: a typed PRNG key's raw data shape, else its own."""
+  return jax.eval_shape(jax.random.key_data, a).shape if _is_key(a) else tuple(a.shape)
+
+
+def _is_empty(a) -> bool:
+  """A leaf with no elements (e.g. iPFL's ``[C, 0]`` pFedGraph vectors under the other rules). Orbax refuses to
+  save these, and they hold nothing: they are left out and rebuilt from the template's shape on restore."""
+  return 0 in _stored_shape(a)
+
+
 def _to_saveable(carry) -> dict:
-  """Leaves of ``carry`` by position, typed PRNG keys as their raw ``uint32`` data."""
+  """Leaves of ``carry`` by position (empty ones left out), typed PRNG keys as their raw ``uint32`` data."""
   leaves = jax.tree_util.tree_leaves(carry)
-  return {f"{i:04d}": jax.random.key_data(a) if _is_key(a) else a for i, a in enumerate(leaves)}
+  return {f"{i:04d}": jax.random.key_data(a) if _is_key(a) else a for i, a in enumerate(leaves) if not _is_empty(a)}
 
 
 def _abstract(template) -> dict:
-  """Orbax restore targets for the leaves of ``template`` (a carry's shapes), on the default device."""
+  """Orbax restore targets for the non-empty leaves of ``template`` (a carry's shapes), on the default device."""
   sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   out = {}
   for i, a in enumerate(jax.tree_util.tree_leaves(template)):
+    if _is_empty(a):
+      continue
     if _is_key(a):
       shape = jax.eval_shape(jax.random.key_data, a)
       out[f"{i:04d}"] = jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding)
@@ -135,7 +149,10 @@ class RunCheckpoints:
     leaves, treedef = jax.tree_util.tree_flatten(template)
     out = []
     for i, a in enumerate(leaves):
-      value = saved[f"{i:04d}"]
+      if _is_empty(a):
+        value = jnp.zeros(_stored_shape(a), jax.eval_shape(jax.random.key_data, a).dtype if _is_key(a) else a.dtype)
+      else:
+        value = saved[f"{i:04d}"]
       out.append(jax.random.wrap_key_data(value, impl=_key_impl(a)) if _is_key(a) else value)
     return jax.tree_util.tree_unflatten(treedef, out)
 

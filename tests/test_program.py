@@ -110,6 +110,24 @@ def test_checkpoint_round_trip_is_bitwise_and_keeps_keys(fed, tmp_path):
   _equal(a, b)
 
 
+def test_checkpoint_round_trip_keeps_empty_leaves(tmp_path):
+  """Orbax refuses zero-size arrays; a carry holding them (iPFL's ``[C, 0]`` pFedGraph vectors under the other
+  rules stopped a full-size ``ipfl --checkpoint-every 10`` run at its first save) round-trips with their shapes,
+  dtypes and positions, and the other leaves bit for bit."""
+  carry = {"a": jnp.arange(6.0).reshape(2, 3), "empty": jnp.zeros((3, 0), jnp.float32),
+           "keys": jax.random.split(jax.random.key(7), 2), "no_keys": jax.random.split(jax.random.key(1), 0),
+           "z": jnp.asarray([1, 2], jnp.int32), "flags": jnp.zeros((0,), bool)}
+  ckpt = RunCheckpoints(tmp_path / "ck")
+  ckpt.save("m", 10, carry)
+  back = ckpt.restore("m", 10, jax.eval_shape(lambda: carry))
+  assert back["empty"].shape == (3, 0) and back["empty"].dtype == jnp.float32
+  assert back["flags"].shape == (0,) and back["flags"].dtype == jnp.bool_
+  assert back["no_keys"].shape == (0,) and jax.dtypes.issubdtype(back["no_keys"].dtype, jax.dtypes.prng_key)
+  np.testing.assert_array_equal(jax.random.key_data(back["keys"]), jax.random.key_data(carry["keys"]))
+  np.testing.assert_array_equal(back["a"], carry["a"])
+  np.testing.assert_array_equal(back["z"], carry["z"])
+
+
 def test_progress_callback_sees_every_round_and_changes_nothing(fed):
   algorithm, model = toy()
   parts = simulation_parts(algorithm, model, ROUNDS)
