@@ -52,15 +52,15 @@ def _key_impl(a):
   return impl if impl is not None else jax.random.key_impl(jax.random.key(0))
 
 
-def _stored_shape(a) -> tuple:
-  """The shape a leaf is saved with: a typed PRNG key's raw data shape, else its own."""
-  return jax.eval_shape(jax.random.key_data, a).shape if _is_key(a) else tuple(a.shape)
+def _stored(a) -> jax.ShapeDtypeStruct:
+  """The shape and dtype a leaf is saved with: a typed PRNG key's raw ``uint32`` data, else its own."""
+  return jax.eval_shape(jax.random.key_data, a) if _is_key(a) else jax.ShapeDtypeStruct(a.shape, a.dtype)
 
 
 def _is_empty(a) -> bool:
   """A leaf with no elements (e.g. iPFL's ``[C, 0]`` pFedGraph vectors under the other rules). Orbax refuses to
   save these, and they hold nothing: they are left out and rebuilt from the template's shape on restore."""
-  return 0 in _stored_shape(a)
+  return 0 in _stored(a).shape
 
 
 def _to_saveable(carry) -> dict:
@@ -74,13 +74,9 @@ def _abstract(template) -> dict:
   sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   out = {}
   for i, a in enumerate(jax.tree_util.tree_leaves(template)):
-    if _is_empty(a):
-      continue
-    if _is_key(a):
-      shape = jax.eval_shape(jax.random.key_data, a)
-      out[f"{i:04d}"] = jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=sharding)
-    else:
-      out[f"{i:04d}"] = jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+    if not _is_empty(a):
+      stored = _stored(a)
+      out[f"{i:04d}"] = jax.ShapeDtypeStruct(stored.shape, stored.dtype, sharding=sharding)
   return out
 
 
@@ -149,10 +145,7 @@ class RunCheckpoints:
     leaves, treedef = jax.tree_util.tree_flatten(template)
     out = []
     for i, a in enumerate(leaves):
-      if _is_empty(a):
-        value = jnp.zeros(_stored_shape(a), jax.eval_shape(jax.random.key_data, a).dtype if _is_key(a) else a.dtype)
-      else:
-        value = saved[f"{i:04d}"]
+      value = jnp.zeros(_stored(a).shape, _stored(a).dtype) if _is_empty(a) else saved[f"{i:04d}"]
       out.append(jax.random.wrap_key_data(value, impl=_key_impl(a)) if _is_key(a) else value)
     return jax.tree_util.tree_unflatten(treedef, out)
 

@@ -171,21 +171,21 @@ def attacks_markdown(summary: dict) -> tuple:
   head = "| method | clean | " + " | ".join(lab for _, lab in ATTACK_LABELS) + " |"
   sep = "|---|---|" + "---|" * len(ATTACK_LABELS)
   acc, util = [head, sep], [head, sep]
-  for name, label in COMPARE_ROWS:
-    cols = [name] + [f"{name}_{a}" for a, _ in ATTACK_LABELS]
-    if not any(c in have for c in cols):
-      continue
+
+  def add_rows(label, cols):  # one row of each table: a "—" where a column's method did not run
     acc.append(f"| {label} | " + " | ".join(cell(seed_values(summary, c, "best_accuracy"), 100.0) if c in have
                                             else "—" for c in cols) + " |")
     util.append(f"| {label} | " + " | ".join(cell(seed_values(summary, c, "attacker_utility"), digits=2)
                                              if c in have else "—" for c in cols) + " |")
+
+  for name, label in COMPARE_ROWS:
+    cols = [name] + [f"{name}_{a}" for a, _ in ATTACK_LABELS]
+    if not any(c in have for c in cols):
+      continue
+    add_rows(label, cols)
   kept = ["ipfl"] + [f"ipfl_{a}_kept" if a in KEPT_ATTACKS else None for a, _ in ATTACK_LABELS]
   if any(c in have for c in kept[1:] if c):
-    label = "iPFL, attacker keeps its model"
-    acc.append(f"| {label} | " + " | ".join(cell(seed_values(summary, c, "best_accuracy"), 100.0) if c in have
-                                            else "—" for c in kept) + " |")
-    util.append(f"| {label} | " + " | ".join(cell(seed_values(summary, c, "attacker_utility"), digits=2)
-                                             if c in have else "—" for c in kept) + " |")
+    add_rows("iPFL, attacker keeps its model", kept)
   claims = []
   if "ipfl" in have:
     clean_u, clean_a = _mean(summary, "ipfl", "attacker_utility"), _mean(summary, "ipfl", "best_accuracy")
