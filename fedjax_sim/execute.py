@@ -257,14 +257,14 @@ def prepare_method(name: str, config: ExperimentConfig, federation: Federation,
   fed = placement.put_replicated(fed)
 
   traces = {"n": 0}
-  bar = Progress(name, static.rounds, runs) if options.progress else None
+  task = task_for(static, federation)
+  bar = Progress(name, static.rounds, runs, metric=task.metric) if options.progress else None
   # A program with a host callback is never written to the persistent compile cache (jaxlib 0.10.2), so with the
   # cache on the bar moves between chunks of rounds (about 20 host round-trips in a run) instead of by a callback.
   chunk = options.checkpoint_every or None
   by_chunks = bar is not None and not chunk and compile_cache.active() is not None
   if by_chunks:
     chunk = progress_chunk(static.rounds)
-  task = task_for(static, federation)
   parts = simulation_parts(algorithm, model, static.rounds, task.score, task.score_rows,
                            client_curves=spec_of(name).client_curves,
                            eval_plans=(eval_plan(federation.m_val), eval_plan(federation.m_test)))

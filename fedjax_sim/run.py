@@ -1,6 +1,6 @@
 """Command line: ``python -m fedjax_sim.run EXPERIMENT [--rounds R] [--seeds 11,22] [--out DIR] [--set k=v ...]
 [--sweep k=v1,v2 ...] [--devices N] [--checkpoint-every R] [--resume DIR] [--compile-workers N]
-[--no-compile-cache] [--quiet]``.
+[--no-compile-cache] [--quiet | --progress]``.
 
 Runs the named experiment from ``configs/``, prints a results table and writes
 ``OUT/summary.json`` plus ``OUT/METHOD/seed_S.json`` (SPEC §6). Bad input gets
@@ -62,6 +62,9 @@ def parse_args(argv):
                  help="do not read or write the persistent compilation cache (default: on, in "
                       "$FEDJAX_SIM_COMPILE_CACHE or ~/.cache/fedjax_sim/xla; FEDJAX_SIM_COMPILE_CACHE=0 also turns it off)")
   p.add_argument("--quiet", action="store_true", help="print only the results table (no log, no progress bar)")
+  p.add_argument("--progress", action="store_true",
+                 help="show progress even when stderr is not a terminal (a log, a batch job): a line at every 5 %% "
+                      "of the rounds with the time per round, the time left and the mean validation metric")
   return p.parse_args(argv)
 
 
@@ -266,6 +269,8 @@ def main(argv=None) -> int:
     workers = _int_flag("--compile-workers", args.compile_workers, minimum=0)
     if args.checkpoint_dir is not None and not every:
       raise ConfigError("--checkpoint-dir needs --checkpoint-every R")
+    if args.quiet and args.progress:
+      raise ConfigError("--quiet prints no progress; drop --quiet or --progress")
     out_dir = pathlib.Path(args.out or f"runs/{config.name}")
 
     from fedjax_sim import _xla_flags
@@ -288,7 +293,7 @@ def main(argv=None) -> int:
       check_writable(out_dir, "--out")  # before anything is built, compiled or written (issue 9)
     ckpt = _checkpoints(args, out_dir, every, writer)
     options = experiment.RunOptions(sweep=sweep, devices=devices, checkpoint_every=every or 0, checkpoints=ckpt,
-                                    progress=wanted(args.quiet))
+                                    progress=wanted(args.quiet, forced=args.progress))
     grid = f"; sweep {len(sweep.points)} grid points ({' × '.join(sweep.keys)})" if sweep else ""
     log(f"[fedjax_sim] {config.name}: methods {', '.join(config.methods)}; {config.rounds} rounds; "
         f"seeds {', '.join(map(str, config.seeds))}{grid}; backend {jax.default_backend()} "

@@ -32,6 +32,22 @@ def test_end_to_end_summary_schema(tmp_path, capsys):
   assert len(seed["val_auroc_curve"]) == 2 and len(seed["test_auroc_per_center"]) == summary["federation"]["clients"]
 
 
+def test_progress_lines_in_a_log(tmp_path, capsys):
+  """``--progress`` with stderr not a terminal (pytest's capture): plain log lines, the last at the final round,
+  naming the task's metric; the results are those of the run without it (the callback changes no number)."""
+  tiny = [a for a in TINY if a != "--quiet"]
+  assert run.main(["fedavg", "--out", str(tmp_path / "a"), "--progress"] + tiny) == 0
+  lines = [line for line in capsys.readouterr().err.splitlines() if "] fedavg: round " in line]
+  assert lines and lines[-1].startswith("[fedjax_sim] fedavg: round 2/2, ") and "val AUROC 0." in lines[-1]
+  assert "left" not in lines[-1] and "s/round" in lines[-1]
+  assert run.main(["fedavg", "--out", str(tmp_path / "b")] + tiny) == 0
+  assert "round 2/2" not in capsys.readouterr().err  # no terminal, no --progress: no display
+  for out in ("a", "b"):
+    assert (tmp_path / out / "fedavg" / "seed_2.json").exists()
+  assert ((tmp_path / "a" / "fedavg" / "seed_2.json").read_text() ==
+          (tmp_path / "b" / "fedavg" / "seed_2.json").read_text())
+
+
 def test_csv_source_runs_local(tmp_path, capsys):
   rng = np.random.default_rng(0)
   path = tmp_path / "sites.csv"
@@ -65,6 +81,7 @@ def test_csv_source_runs_local(tmp_path, capsys):
     (["fedavg", "--rounds", "abc"], "rounds: expected an integer, got 'abc'"),
     (["fedavg", "--set", "rounds"], "--set expects KEY=VALUE"),
     (["fedavg", "--compile-workers", "-1"], "--compile-workers must be a non-negative integer, got '-1'"),
+    (["fedavg", "--quiet", "--progress"], "--quiet prints no progress; drop --quiet or --progress"),
     (["fedavg", "--set", "methods=fedavg,bogus"], "unknown method 'bogus'; choose from: abps, abps_p, "),
     (["fedavg", "--set", "data.source=parquet"], "data.source must be one of synthetic, mimic, csv"),
     (["fedavg", "--set", "data.source=csv"], "data.path must be set for data.source = csv"),

@@ -191,6 +191,38 @@ def test_progress_display_shows_rounds_eta_and_val_auroc_only_on_a_terminal():
     bar.on_round(np.int32(t), np.array([0.5, 0.7]))
   bar.close()
   assert "fedavg" in tty.text and "10/10" in tty.text and "val AUROC 0.6000" in tty.text and "<" in tty.text
+  tty = _FakeTTY()
+  bar = Progress("fbsfl", 4, 1, stream=tty, delay=0.0, metric="accuracy")
+  bar.on_round(np.int32(1), np.array([np.nan, 0.25]))
+  bar.close()
+  assert "val accuracy 0.2500" in tty.text and "AUROC" not in tty.text
+
+
+def test_progress_lines_when_not_a_terminal_every_five_percent_and_the_last():
+  """``--progress`` off a terminal: one plain line per 5 % of the rounds (whatever the chunking: a jump over
+  several steps gives one line), the last round always, rounds resumed from a checkpoint not counted in the
+  rate, nothing written twice for a round already shown."""
+  import io
+  from fedjax_sim.progress import Progress, wanted
+  pipe = io.StringIO()
+  assert not wanted(False, pipe) and wanted(False, pipe, forced=True) and not wanted(True, pipe, forced=True)
+  bar = Progress("ipfl", 200, 3, stream=pipe, metric="accuracy")
+  for t in range(1, 201):
+    bar.on_round(np.int32(t), np.array([0.5, 0.7, np.nan]))
+  bar.on_round(np.int32(200), np.array([0.5]))
+  bar.close()
+  lines = pipe.getvalue().splitlines()
+  assert [line.split(",")[0] for line in lines] == [f"[fedjax_sim] ipfl: round {t}/200" for t in range(10, 201, 10)]
+  assert all("val accuracy 0.6000" in line and "s/round" in line for line in lines)
+  assert "left" in lines[0] and "left" not in lines[-1]
+  pipe = io.StringIO()
+  bar = Progress("fedavg", 7, 1, stream=pipe)
+  bar.start_at(3)
+  for t in (5, 7):  # chunks of two rounds
+    bar.on_round(np.int32(t), np.array([np.nan]))
+  lines = pipe.getvalue().splitlines()
+  assert [line.split(",")[0] for line in lines] == ["[fedjax_sim] fedavg: round 5/7", "[fedjax_sim] fedavg: round 7/7"]
+  assert "val" not in lines[0]  # no finite metric: no figure
 
 
 def test_gc_paused_nests_across_threads_and_restores_the_collector():
