@@ -225,3 +225,43 @@ def test_rerender_merges_runs_of_one_federation(tmp_path, capsys):
   assert core_report.main([str(tmp_path / "a"), str(tmp_path / "c"), "--report", "fbsfl_table2"]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("error:") and "seeds" in err[0]
+
+
+def test_single_class_script_reads_rounds_where_the_model_predicts_one_class(tmp_path, capsys):
+  """benchmarks/single_class.py (docs/FBSFL.md §2c): r_c is the validation metric of the constant-c model (mean
+  over clients with validation rows of c's share), checked against a loop; a curve is read round by round, and
+  main() rebuilds the federation from a run's summary.json (a fabricated Fashion-MNIST, no real files)."""
+  import dataclasses
+  import importlib.util
+  import pathlib
+  from fedjax_sim.build import build_federation
+  from fedjax_sim.config import load_experiment
+  from tests.test_sources import fake_fashion_mnist
+  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "single_class.py"
+  spec = importlib.util.spec_from_file_location("single_class", path)
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+
+  y = np.array([[0, 1, 1, 2], [2, 2, 0, 0], [1, 1, 1, 1]])
+  m = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])  # client 2 has no validation rows
+  want = [np.mean([np.mean(y[i][m[i] == 1] == c) for i in (0, 1)]) for c in range(3)]
+  np.testing.assert_allclose(script.single_class_rates(y, m, 3), want)
+  rates = np.array([0.1, 0.2, 0.3])
+  row = script.single_class_rounds(np.array([0.1, 0.3, 0.3, 0.55, 0.2, 0.1003]), rates, 5e-4)
+  assert row == {"rounds": 6, "single_class_rounds": 5, "classes_visited": [0, 1, 2], "switches": 2, "best": 0.55}
+
+  (tmp_path / "fm").mkdir()
+  fake_fashion_mnist(tmp_path / "fm", n_train=400, n_test=50)
+  config = load_experiment("fbsfl", {"data.path": str(tmp_path / "fm"), "data.num_clients": "4",
+                                     "data.dirichlet_alpha": "1.0", "methods": "fbsfl", "seeds": "3"})
+  fed = build_federation(config, warn=lambda m: None)
+  r = script.single_class_rates(fed.y_val, fed.m_val, 10)
+  run = tmp_path / "run"
+  (run / "fbsfl").mkdir(parents=True)
+  (run / "summary.json").write_text(json.dumps({"experiment": "fbsfl", "config": dataclasses.asdict(config),
+                                                "methods": {"fbsfl": {}}}))
+  (run / "fbsfl" / "seed_3.json").write_text(json.dumps({"val_accuracy_curve": [r[4], r[4], 0.99]}))
+  assert script.main([str(run), "--json", str(tmp_path / "o.json")]) == 0
+  got = json.loads((tmp_path / "o.json").read_text())[f"{run}/fbsfl/3"]
+  assert got["single_class_rounds"] == 2 and 4 in got["classes_visited"] and got["switches"] == 0
+  assert "2/3 single-class rounds" in capsys.readouterr().out
