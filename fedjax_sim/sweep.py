@@ -116,9 +116,35 @@ def parse_sweep(items: Sequence[str], config: ExperimentConfig) -> Sweep:
       coerced.append(getattr(getattr(checked, section), field))
     if len(set(coerced)) != len(coerced):
       raise ConfigError(f"--sweep {key}: repeated values {vals}")
+    _check_read(key, coerced, config)
     keys.append(key)
     values.append(tuple(coerced))
   return Sweep(keys=tuple(keys), values=tuple(values))
+
+
+def _check_read(key: str, values: Sequence, config: ExperimentConfig) -> None:
+  """Raises :class:`ConfigError` when sweeping ``key`` over ``values`` changes the traced numbers of none of the
+  run's methods (their presets applied): a grid of identical runs, say ``--sweep abps.kappa`` over FBS-FL rows,
+  would cost len(values) times the run and change nothing. Read off the declarations (each method's traced
+  hyperparameters), not a list of keys; the learner's keys reach every method."""
+  import jax
+  import numpy as np
+
+  from fedjax_sim.algorithms.registry import hyper_from_config, preset, spec_of
+  from fedjax_sim.config import config_for_method
+  if len(values) < 2:  # a one-value axis repeats nothing
+    return
+  for name in config.methods:
+    method_config = config_for_method(config, preset(name))
+    hypers = [jax.tree_util.tree_leaves(hyper_from_config(apply_overrides(method_config, {key: v}), name))
+              for v in values]
+    if any(not all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(hypers[0], other))
+           for other in hypers[1:]):
+      return
+  reads = sorted({k for name in config.methods for k in spec_of(name).sweepable} - {key})
+  raise ConfigError(f"--sweep {key}: none of this run's methods ({', '.join(config.methods)}) reads it, so every "
+                    f"grid point would be the same run; the keys they read: learner.*"
+                    + (f", {', '.join(reads)}" if reads else ""))
 
 
 def point_configs(config: ExperimentConfig, sweep: Sweep) -> list:

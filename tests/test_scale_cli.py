@@ -52,6 +52,8 @@ def test_sweep_kappa_epsilon_is_one_program_with_a_grid_entry_per_point(tmp_path
     ("nonsense=1,2", "unknown key"),
     ("kappa=0,1", "abps.kappa must be ≥ 1"),
     ("mu=0.1,0.2", "ambiguous"),
+    ("abps.kappa=1,2", "none of this run's methods (fedavg) reads it"),
+    ("fedprox.mu=0.1,0.2", "the keys they read: learner.*, fedavg.server_momentum"),
     ("kappa", "expects KEY=V1,V2"),
 ])
 def test_bad_sweeps_get_one_message_and_exit_2(tmp_path, capsys, item, needle):

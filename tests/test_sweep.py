@@ -73,3 +73,21 @@ def test_short_names_resolve_by_the_methods_run():
     resolve_key("mu", ["fedavg"])
   with pytest.raises(ConfigError, match="--seeds"):
     resolve_key("seeds", ["fedavg"])
+
+
+def test_a_key_no_method_of_the_run_reads_is_refused_before_anything_runs():
+  """A grid over a key that changes none of the run's traced numbers would repeat one run len(values) times:
+  refused, naming the keys the methods do read; a key any one method reads is accepted (FedProx's μ beside
+  FedAvg), and so is a one-value axis. Presets count: fbsfl_uniform reads fbsfl.q, fbsfl_q0's preset q is the
+  starting point a q grid replaces."""
+  config = apply_overrides(ExperimentConfig(), {"methods": "fedavg"})
+  with pytest.raises(ConfigError, match=r"--sweep abps.kappa: none of this run's methods \(fedavg\) reads it"):
+    parse_sweep(["abps.kappa=1,2"], config)
+  assert parse_sweep(["abps.kappa=2"], config).keys == ("abps.kappa",)
+  both = apply_overrides(ExperimentConfig(), {"methods": "fedavg,fedprox"})
+  assert parse_sweep(["fedprox.mu=0.1,0.2"], both).values == ((0.1, 0.2),)
+  assert parse_sweep(["learning_rate=0.1,0.2"], config).keys == ("learner.learning_rate",)
+  fbsfl = apply_overrides(ExperimentConfig(), {"methods": "fbsfl_q0"})
+  assert point_configs(fbsfl, parse_sweep(["fbsfl.q=1,3"], fbsfl))[1].fbsfl.q == 3.0
+  with pytest.raises(ConfigError, match="fbsfl.exp3_eta"):
+    parse_sweep(["ipfl.lam=0.1,1"], fbsfl)
