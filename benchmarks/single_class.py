@@ -1,4 +1,4 @@
-"""Which rounds a classifier's global model spent predicting one class (docs/FBSFL.md §2c, q = 4).
+"""Which rounds a classifier's global model spent predicting one class (docs/FBSFL.md §2d: q = 4 chases).
 
 Usage:
   python benchmarks/single_class.py RUN_DIR [RUN_DIR ...] [--tolerance 5e-4] [--json FILE]

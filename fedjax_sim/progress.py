@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 
@@ -36,7 +37,7 @@ class Progress:
   otherwise (``lines``, by default when the stream is not a terminal)."""
 
   def __init__(self, label: str, rounds: int, runs: int, stream=None, delay: float = 2.0, metric: str = "auroc",
-               lines: bool = None, steps: int = 20):
+               lines: Optional[bool] = None, steps: int = 20):
     self.label = label
     self.rounds = rounds
     self.runs = runs

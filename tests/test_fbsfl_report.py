@@ -228,7 +228,7 @@ def test_rerender_merges_runs_of_one_federation(tmp_path, capsys):
 
 
 def test_single_class_script_reads_rounds_where_the_model_predicts_one_class(tmp_path, capsys):
-  """benchmarks/single_class.py (docs/FBSFL.md §2c): r_c is the validation metric of the constant-c model (mean
+  """benchmarks/single_class.py (docs/FBSFL.md §2d): r_c is the validation metric of the constant-c model (mean
   over clients with validation rows of c's share), checked against a loop; a curve is read round by round, and
   main() rebuilds the federation from a run's summary.json (a fabricated Fashion-MNIST, no real files)."""
   import dataclasses

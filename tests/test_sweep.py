@@ -78,8 +78,8 @@ def test_short_names_resolve_by_the_methods_run():
 def test_a_key_no_method_of_the_run_reads_is_refused_before_anything_runs():
   """A grid over a key that changes none of the run's traced numbers would repeat one run len(values) times:
   refused, naming the keys the methods do read; a key any one method reads is accepted (FedProx's μ beside
-  FedAvg), and so is a one-value axis. Presets count: fbsfl_uniform reads fbsfl.q, fbsfl_q0's preset q is the
-  starting point a q grid replaces."""
+  FedAvg), and so is a one-value axis. Presets count: fbsfl_q0's preset q is the starting point a q grid
+  replaces, so the grid is accepted and its points carry the swept q."""
   config = apply_overrides(ExperimentConfig(), {"methods": "fedavg"})
   with pytest.raises(ConfigError, match=r"--sweep abps.kappa: none of this run's methods \(fedavg\) reads it"):
     parse_sweep(["abps.kappa=1,2"], config)
