@@ -45,13 +45,15 @@
 #             loop), FBSFL_ROUNDS rounds (16: one PPO update), only when the Fashion-MNIST files are there.
 #   ipfl    : iPFL's 1,000-client market in one call vs the per-pair loop, and (with Fashion-MNIST) an iPFL round
 #             vs a FedAvg round, IPFL_ROUNDS rounds of 200 local iterations (benchmarks/ipfl_bench.py).
-#   iPFL is not implemented in fedjax_sim yet, so it has no step; see the placeholder below.
 # Acceptance sizes run first so that a step cut by its box loses the extra sizes, not the acceptance figures;
 # the tables print sorted. In the seeds step peak memory is the process's peak so far.
 #
-# Two sessions: table1 does not fit in one session's device time beside the others, so
+# Three sessions: table1 does not fit in one session's device time beside the others, and the papers' steps take
+# a budget of their own (each line's limits add up to BUDGET = 400):
 #   session 1:  run(command="bash benchmarks/device_check.sh", timeout_s=460)                # env seeds engine centers
-#   session 2:  run(command="STEPS='table1 images fbsfl' bash benchmarks/device_check.sh", timeout_s=460)
+#   session 2:  run(command="STEPS='table1 images' bash benchmarks/device_check.sh", timeout_s=460)   # 45+250+90+15
+#   session 3:  run(command="STEPS='fbsfl ipfl' STEP_FBSFL=170 STEP_IPFL=170 bash benchmarks/device_check.sh",
+#                   timeout_s=460)                                                              # 45+170+170+15
 # Recording, back home (files_at: where the tool put $OUT's files):
 #   python benchmarks/bench.py --record-from <files_at>/seeds.json,<files_at>/engine.json,<files_at>/centers.json
 #   python benchmarks/bench.py --record-from <files_at>/table1.json,<files_at>/images.json,<files_at>/fbsfl.json,<files_at>/ipfl.json
