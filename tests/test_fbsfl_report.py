@@ -129,6 +129,9 @@ def test_claims_are_the_issues_targets_compared_on_the_rows():
   assert claims["FBS-FL–EXP3 is the fairest row (highest Jain)"] is True
   assert claims["q-FFL (q = 2) has a better worst client than FedAvg"] is True  # 38 vs 35
   assert claims["Ditto has a better worst client than FedAvg"] is False  # 30 vs 35
+  numbers = {text: n for text, _, n in R.table2_claims(summary)}  # the two extremes, each row named once
+  assert numbers["Oort is the least fair row (lowest Jain)"] == "lowest: Oort 0.740, then q-FFL (q = 2) 0.820"
+  assert numbers["FBS-FL–EXP3 is the fairest row (highest Jain)"] == "highest: FBS-FL–EXP3 0.930, then Ditto 0.880"
   del summary["methods"]["fbsfl_oort"]
   assert {t: ok for t, ok, _ in R.table2_claims(summary)}["Oort is the least fair row (lowest Jain)"] is None
 
