@@ -132,6 +132,10 @@ def test_claims_are_the_issues_targets_compared_on_the_rows():
   numbers = {text: n for text, _, n in R.table2_claims(summary)}  # the two extremes, each row named once
   assert numbers["Oort is the least fair row (lowest Jain)"] == "lowest: Oort 0.740, then q-FFL (q = 2) 0.820"
   assert numbers["FBS-FL–EXP3 is the fairest row (highest Jain)"] == "highest: FBS-FL–EXP3 0.930, then Ditto 0.880"
+  summary["methods"]["fbsfl_fedavg"] = summary["methods"]["fbsfl_ditto"]  # a tie: both rows are named
+  numbers = {text: n for text, _, n in R.table2_claims(summary)}
+  assert numbers["FBS-FL–EXP3 is the fairest row (highest Jain)"] == (
+      "highest: FBS-FL–EXP3 0.930, then FedAvg, Ditto 0.880")
   del summary["methods"]["fbsfl_oort"]
   assert {t: ok for t, ok, _ in R.table2_claims(summary)}["Oort is the least fair row (lowest Jain)"] is None
 

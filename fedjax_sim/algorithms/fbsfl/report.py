@@ -261,12 +261,23 @@ def table2_claims(summary: dict) -> list:
       lambda: worst("fbsfl") > worst("fbsfl_fedavg"), lambda: f"{worst('fbsfl'):.1f} vs {worst('fbsfl_fedavg'):.1f}")
   rows = [n for n, _, _ in TABLE2_ROWS if n in have]
   by_jain = lambda: sorted(rows, key=jain)  # noqa: E731  (least fair first)
-  ranked = lambda names: ", then ".join(f"{LABELS[n]} {jain(n):.3f}" for n in names)  # noqa: E731
+
+  def extremes(order) -> str:
+    """The first row of ``order`` and the next value, with every row that shares it in the table's order (the
+    uniform baselines draw the same participation, so their Jain ties)."""
+    first, *rest = order
+    text = f"{LABELS[first]} {jain(first):.3f}"
+    if rest:
+      value = f"{jain(rest[0]):.3f}"
+      tied = [n for n in rows if n != first and f"{jain(n):.3f}" == value]
+      text += f", then {', '.join(LABELS[n] for n in tied)} {value}"
+    return text
+
   if rows:
     add("Oort is the least fair row (lowest Jain)", ["fbsfl_oort"], lambda: by_jain()[0] == "fbsfl_oort",
-        lambda: "lowest: " + ranked(by_jain()[:2]))
+        lambda: "lowest: " + extremes(by_jain()))
     add("FBS-FL–EXP3 is the fairest row (highest Jain)", ["fbsfl"], lambda: by_jain()[-1] == "fbsfl",
-        lambda: "highest: " + ranked(by_jain()[::-1][:2]))
+        lambda: "highest: " + extremes(by_jain()[::-1]))
   for name in ("fbsfl_qffl", "fbsfl_ditto"):
     add(f"{LABELS[name]} has a better worst client than FedAvg", [name, "fbsfl_fedavg"],
         lambda name=name: worst(name) > worst("fbsfl_fedavg"),
