@@ -199,6 +199,56 @@ def load_outputs(out_dir: pathlib.Path) -> tuple:
   return summary, per_seed
 
 
+def _seed_subset(entry: dict, records: list, seeds, metric: str) -> tuple:
+  """One summary entry (no sweep, or one grid point) and its full records, restricted to ``seeds``."""
+  from fedjax_sim.summarize import brief_record, seed_statistics
+  by_seed = {r["seed"]: r for r in records}
+  kept = [by_seed[s] for s in seeds]
+  declared = [k for k in entry if k in set(entry.get("declared", ()))]  # the entry's own order
+  stats = seed_statistics(kept, metric, declared, entry.get("bandwidth_ratio") is not None)
+  inside = [{k: v for k, v in r.items() if k not in ("grid_point", "point")} for r in kept]  # as summarize keeps them
+  entry = {**entry, "seeds": list(seeds), **stats, "per_seed": [brief_record(r, metric) for r in inside]}
+  per_center = [r.get(f"test_{metric}_per_center") for r in kept]
+  if all(v is not None for v in per_center) and per_center:
+    scored = int(np.all([[x is not None for x in v] for v in per_center], axis=0).sum())
+    if scored != entry.get("centers_scored", scored):  # the test-split sizes need the federation: unknown here
+      entry.update(centers_scored=scored, median_test_rows=None, small_test_centers=None)
+  return entry, kept
+
+
+def select_seeds(summary: dict, per_seed: dict, seeds) -> tuple:
+  """A finished run's ``(summary, per_seed)`` restricted to ``seeds``, in that order: every method's records of
+  those seeds, and its summary entry (each grid point's, under a sweep) re-aggregated from them with the same
+  :func:`fedjax_sim.summarize.seed_statistics` as the run's own summary. The config's seeds become ``seeds``, so
+  a three-seed run can be merged with one-seed runs of the same federation on their common seed. The run's
+  ``timing`` is kept: it is the whole run's.
+
+  Raises:
+    ValueError: naming a seed the run does not hold.
+  """
+  seeds = [int(s) for s in seeds]
+  have = list(summary.get("config", {}).get("seeds", []))
+  missing = [s for s in seeds if s not in have]
+  if missing:
+    raise ValueError(f"the run has no seed {', '.join(map(str, missing))}; its seeds are "
+                     f"{', '.join(map(str, have)) or 'none'}")
+  metric = summary.get("metric", "auroc")
+  methods, records_out = {}, {}
+  for name, entry in summary.get("methods", {}).items():
+    records = per_seed.get(name, [])
+    if "grid" in entry:
+      grid, kept = [], []
+      for g, point in enumerate(entry["grid"]):
+        sub, recs = _seed_subset(point, [r for r in records if r.get("grid_point") == g], seeds, metric)
+        grid.append(sub)
+        kept += recs
+      methods[name], records_out[name] = {**entry, "grid": grid}, kept
+    else:
+      methods[name], records_out[name] = _seed_subset(entry, records, seeds, metric)
+  config = {**summary.get("config", {}), "seeds": seeds}
+  return {**summary, "config": config, "methods": methods}, records_out
+
+
 def merge_outputs(runs) -> tuple:
   """One ``(summary, per_seed)`` from several finished runs of the same federation and seeds (e.g. the ablation
   presets run apart from the Table 2 rows): the first run's summary, with every later run's methods that it does
@@ -214,13 +264,24 @@ def merge_outputs(runs) -> tuple:
                     s.get("federation", {}).get("train_rows"), s.get("config", {}).get("data"))
   for i, (other, records) in enumerate(runs[1:], start=2):
     if same(other) != same(summary):
+      common = [s for s in same(summary)[0] or () if s in (same(other)[0] or ())]
+      hint = (f"; to compare them on their common seeds pass --seeds {','.join(map(str, common))}"
+              if common and same(other)[1:] == same(summary)[1:] else "")
       raise ValueError(f"run {i} has other seeds, data or federation than run 1 (seeds {same(other)[0]} vs "
-                       f"{same(summary)[0]}); a report compares rows of one federation")
+                       f"{same(summary)[0]}); a report compares rows of one federation{hint}")
     for name, entry in other["methods"].items():
       if name not in summary["methods"]:
         summary["methods"][name] = entry
         per_seed[name] = records[name]
   return summary, per_seed
+
+
+def _named(path, fn, *args):
+  """``fn(*args)``, with a ValueError's message led by the run folder it concerns."""
+  try:
+    return fn(*args)
+  except ValueError as e:
+    raise ValueError(f"{path}: {e}") from None
 
 
 def main(argv=None) -> int:
@@ -238,10 +299,23 @@ def main(argv=None) -> int:
                       "and seeds are merged, the first one's rows first")
   parser.add_argument("--report", default="", help=f"one of: {', '.join(choices)} (default: the run's config)")
   parser.add_argument("--into", default="", help="where to write (default: the first run's folder)")
+  parser.add_argument("--seeds", default="", help="comma-separated seeds: report only these, every method "
+                      "re-aggregated over them (merges runs of different seeds on the ones they share)")
   args = parser.parse_args(argv)
   out_dir = pathlib.Path(args.into or args.out[0])
   try:
-    summary, per_seed = merge_outputs([load_outputs(pathlib.Path(p)) for p in args.out])
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
+  except ValueError:
+    print(f"error: --seeds takes comma-separated integers, e.g. 42,123 (got {args.seeds!r})", file=sys.stderr)
+    return 2
+  if seeds is not None and not seeds:
+    print("error: --seeds names no seed; pass comma-separated integers, e.g. 42,123", file=sys.stderr)
+    return 2
+  try:
+    runs = [load_outputs(pathlib.Path(p)) for p in args.out]
+    if seeds is not None:
+      runs = [_named(p, select_seeds, *run, seeds) for p, run in zip(args.out, runs)]
+    summary, per_seed = merge_outputs(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
   except (OSError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)

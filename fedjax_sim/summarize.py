@@ -135,6 +135,41 @@ def _client_spread(metric: str, values, ok) -> dict:
   return {f"{metric}_worst": float(v.min()), f"{metric}_client_std": float(v.std())}
 
 
+def seed_statistics(per_seed: list, metric: str, declared, federated: bool) -> dict:
+  """The across-seed entries of a method's summary, from its per-seed records alone.
+
+  Each declared key's mean (the method family's own reduction, in ``declared``'s order), the task metric's mean
+  and sample std (:func:`sample_std`), the means of the across-client spread (accuracy tasks), the bandwidth,
+  rest fraction and partners' means, the most rounds run and the most excluded centers. :func:`summarize` builds
+  its entry with it and ``python -m fedjax_sim.report --seeds`` re-aggregates a subset of a run's seeds with it,
+  so the two agree by construction. A record's None (a NaN written to JSON) counts as NaN.
+  """
+  values = lambda k: [np.nan if r[k] is None else r[k] for r in per_seed]  # noqa: E731  (NaN is null in JSON)
+  mean = lambda k: float(np.mean(values(k)))  # noqa: E731
+  spread = [k for k in (f"{metric}_worst", f"{metric}_client_std") if k in per_seed[0]]
+  return {
+      **{k: mean(k) for k in declared},
+      **({"declared": sorted(declared)} if declared else {}),  # the family's own keys (the table shows them)
+      f"{metric}_mean": mean(metric),
+      f"{metric}_std": sample_std(values(metric)),
+      **{f"{k}_mean": mean(k) for k in spread},
+      "std": STD_KIND,
+      "bandwidth_ratio": mean("bandwidth_ratio") if federated else None,
+      "bytes": mean("bytes") if federated else None,
+      "rest_fraction": mean("rest_fraction"),
+      "mean_partners": mean("mean_partners"),
+      "rounds_run": int(max(r["rounds_run"] for r in per_seed)),
+      "excluded_centers": int(max(r["excluded_centers"] for r in per_seed)),
+  }
+
+
+def brief_record(record: dict, metric: str) -> dict:
+  """A per-seed record as the summary entry keeps it: without the curves and per-client lists that its
+  ``seed_*.json`` file holds."""
+  heavy = (f"val_{metric}_curve", f"test_{metric}_per_center", f"val_{metric}_clients")
+  return {k: v for k, v in record.items() if k not in heavy}
+
+
 def summarize(name, config, federation, model, algorithm, out, warn: Optional[Callable[[str], None]] = None,
               metric: str = "auroc"):
   """Turns device outputs ``[S, ...]`` into the summary entry and per-seed records.
@@ -180,31 +215,16 @@ def summarize(name, config, federation, model, algorithm, out, warn: Optional[Ca
         **({} if val_clients is None else
            {f"val_{metric}_clients": [[None if np.isnan(v) else float(v) for v in row] for row in val_clients[s]]}),
     })
-  scores = np.array([r[metric] for r in per_seed])
   split = scored_centers_report(federation, test)
   line = small_test_warning(split, federation.num_clients)
   if line is not None:
     (warn or (lambda m: _warn_once(federation, m)))(line)
-  declared = {k: float(np.mean([r[k] for r in per_seed])) for k in _declared(name, m.extra, 0, active[0])
-              if isinstance(per_seed[0][k], float)}
+  declared = [k for k in _declared(name, m.extra, 0, active[0]) if isinstance(per_seed[0][k], float)]
   summary = {
       "seeds": [int(s) for s in config.seeds],
-      **declared,
-      **({"declared": sorted(declared)} if declared else {}),  # the family's own keys (the table shows them)
-      f"{metric}_mean": float(np.mean(scores)),
-      f"{metric}_std": sample_std(scores),
-      **{f"{k}_mean": float(np.mean([r[k] for r in per_seed])) for k in _client_spread(metric, test[0], ~np.isnan(test[0]))},
-      "std": STD_KIND,
-      "bandwidth_ratio": float(np.mean([r["bandwidth_ratio"] for r in per_seed])) if algorithm.federated else None,
-      "bytes": float(np.mean(bytes_)) if algorithm.federated else None,
-      "rest_fraction": float(np.mean([r["rest_fraction"] for r in per_seed])),
-      "mean_partners": float(np.mean([r["mean_partners"] for r in per_seed])),
-      "rounds_run": int(np.max([r["rounds_run"] for r in per_seed])),
-      "excluded_centers": int(max(r["excluded_centers"] for r in per_seed)),
+      **seed_statistics(per_seed, metric, declared, algorithm.federated),
       **split,
       "bandwidth_reference": {"rounds": r_ref, "bytes": ref, "params": p},
-      "per_seed": [{k: v for k, v in r.items()
-                    if k not in (f"val_{metric}_curve", f"test_{metric}_per_center", f"val_{metric}_clients")}
-                   for r in per_seed],
+      "per_seed": [brief_record(r, metric) for r in per_seed],
   }
   return summary, per_seed

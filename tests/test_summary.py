@@ -3,6 +3,7 @@ small-test-split warning, the sample std over seeds, bandwidth null only when no
 
 No program is compiled: ``out`` is fabricated with numpy in the shape summarize reads (SPEC §6).
 """
+import collections
 import json
 import math
 import re
@@ -180,3 +181,100 @@ def test_results_table_figures():
   assert cells["centralized"][1] == "0.700 ± —"  # one seed: no std
   assert cells["abps_x"][5:7] == ["29/30", "6"]  # centers scored, median test rows
   assert cells["abps [kappa=1]"][2] == "0.25×"
+
+
+# --- python -m fedjax_sim.report --seeds: a subset of a run's seeds, re-aggregated ----------------------------
+
+
+def written(entries, seeds):
+  """``(summary, per_seed)`` as ``load_outputs`` reads them back from a run of ``entries`` (name → summarize's
+  ``(entry, records)``): NaN written as null."""
+  from fedjax_sim.outputs import _json_safe
+  summary = {"metric": "auroc", "config": {"seeds": list(seeds), "data": {"source": "synthetic"}},
+             "federation": {"clients": 6, "train_rows": 600},
+             "methods": {n: e for n, (e, _) in entries.items()}}
+  return _json_safe(summary), {n: _json_safe(r) for n, (_, r) in entries.items()}
+
+
+def subset_auroc():
+  rng = np.random.default_rng(3)
+  auroc = rng.uniform(0.5, 0.9, size=(3, 6))
+  auroc[:, 4] = np.nan  # never scored
+  auroc[1, 5] = np.nan  # seed 22 alone leaves center 5 unscored
+  return [3, 4, 12, 20, 2, 7], auroc
+
+
+def test_a_seed_subset_is_the_summary_of_those_seeds_alone():
+  from fedjax_sim.outputs import _json_safe
+  from fedjax_sim.report import select_seeds
+  rows, auroc = subset_auroc()
+  full, records, _ = summarize_fake(rows, auroc, bytes_per_round=10.0)
+  summary, per_seed = written({"m": (full, records)}, (11, 22, 33))
+  got, got_records = select_seeds(summary, per_seed, [33, 11])
+  want, want_records, _ = summarize_fake(rows, auroc[[2, 0]], seeds=(33, 11), bytes_per_round=10.0)
+  want = _json_safe(want)
+  entry = got["methods"]["m"]
+  assert got["config"]["seeds"] == [33, 11] and summary["config"]["seeds"] == [11, 22, 33]  # no mutation
+  assert entry["centers_scored"] == want["centers_scored"] == 5 != full["centers_scored"]
+  # the subset scores another set of centers, whose test-split sizes need the federation: unknown, not stale
+  assert entry["median_test_rows"] is None and entry["small_test_centers"] is None
+  for key in set(want) - {"median_test_rows", "small_test_centers"}:
+    assert entry[key] == want[key], key
+  assert got_records["m"] == _json_safe(want_records)  # the full records, curves included, in the given order
+  # every seed, in the run's order, gives back the run's own entry
+  again, _ = select_seeds(summary, per_seed, [11, 22, 33])
+  assert again["methods"]["m"] == summary["methods"]["m"]
+
+
+def test_a_seed_subset_of_a_sweep_reaggregates_each_grid_point():
+  from fedjax_sim.outputs import _json_safe
+  from fedjax_sim.report import select_seeds
+  from fedjax_sim.summarize import summarize_grid
+  from fedjax_sim.sweep import Sweep
+  rows, auroc = subset_auroc()
+  auroc = np.concatenate([auroc[:2], auroc[1:]])  # [G·S = 2·2, C]: point 0 seeds 11, 22; point 1 seeds 11, 22
+  federation = FakeFederation(rows)
+  sweep = Sweep(keys=("abps.kappa",), values=((1.0, 2.0),))
+  ns = fake_out(auroc)  # as a pytree, which summarize_grid slices per grid point
+  Metrics = collections.namedtuple("Metrics", "bytes active rest_fraction mean_partners extra")
+  History = collections.namedtuple("History", "metrics val_auroc")
+  Out = collections.namedtuple("Out", "test_auroc history")
+  out = Out(ns.test_auroc, History(Metrics(**vars(ns.history.metrics)), ns.history.val_auroc))
+  entry, records = summarize_grid("m", [config((11, 22))] * 2, sweep, federation, None, FEDERATED, out,
+                                  warn=lambda line: None)
+  summary, per_seed = written({"m": (entry, records)}, (11, 22))
+  got, got_records = select_seeds(summary, per_seed, [22])
+  assert [r["grid_point"] for r in got_records["m"]] == [0, 1]
+  for g in (0, 1):
+    want, _, _ = summarize_fake(rows, auroc[[2 * g + 1]], seeds=(22,))
+    point = got["methods"]["m"]["grid"][g]
+    assert point["point"] == {"abps.kappa": (1.0, 2.0)[g]}
+    assert point["auroc_mean"] == want["auroc_mean"] and math.isnan(point["auroc_std"])  # one seed: no std
+    assert point["per_seed"] == _json_safe(want["per_seed"])  # no grid keys inside the entry, as summarize writes
+  assert got["methods"]["m"]["sweep"] == summary["methods"]["m"]["sweep"]
+
+
+def test_report_cli_merges_runs_of_other_seeds_on_the_named_ones(tmp_path, capsys):
+  from fedjax_sim import report
+  from fedjax_sim.outputs import write_outputs
+  rows, auroc = subset_auroc()
+  a = written({"m": summarize_fake(rows, auroc)[:2]}, (11, 22, 33))
+  b = written({"n": summarize_fake(rows, auroc[[1]] - 0.1, seeds=(22,))[:2]}, (22,))
+  write_outputs(tmp_path / "a", *a)
+  write_outputs(tmp_path / "b", *b)
+  run_a, run_b, into = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "m")
+  assert report.main([run_a, run_b, "--report", "table1", "--into", into]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error:") and "pass --seeds 22" in err[0]
+  assert report.main([run_a, run_b, "--seeds", "22", "--report", "table1", "--into", into]) == 0
+  out = capsys.readouterr().out
+  cells = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1] for line in out.splitlines() if "| —" in line}
+  assert cells["m"] == f"{np.nanmean(auroc[1][:4]):.3f} ± —"  # seed 22 alone: centers 0–3 (5 is NaN there)
+  assert cells["n"] == f"{np.nanmean(auroc[1][:4] - 0.1):.3f} ± —"
+  assert "Seeds 22;" in out
+  for bad, words in ((["--seeds", "44"], ("a:", "no seed 44", "11, 22, 33")), (["--seeds", "x"], ("integers",)),
+                     (["--seeds", ","], ("no seed",))):
+    assert report.main([run_a, "--report", "table1", "--into", str(tmp_path / "never"), *bad]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and all(w in err[0] for w in words), err
+  assert not (tmp_path / "never").exists()
