@@ -13,7 +13,8 @@ C = 4
 
 
 def rec(seed, acc, util, min_u=0.0, attacker=np.nan, liar=np.nan):
-  return {"seed": seed, "best_accuracy": acc, "utility_sum": util, "min_round_utility": min_u,
+  return {"seed": seed, "best_accuracy": acc, "accuracy": acc - 0.1 * seed, "accuracy_worst": acc - 0.3,
+          "welfare_sum": C * util, "utility_sum": util, "min_round_utility": min_u,
           "attacker_utility": attacker, "liar_utility": liar, "mean_degree": 1.5,
           "utility_clients": [util + i for i in range(C)], "payment_clients": [1.0, -1.0, 2.0, -2.0],
           "purchases": [[0, 3, 0, 1], [2, 0, 0, 0], [0, 0, 0, 4], [1, 0, 0, 0]]}
@@ -36,7 +37,9 @@ def test_compare_claims_follow_their_definitions(tmp_path):
   numbers = {text: n for text, _, n in R.compare_claims(s)}
   assert "+233 %" in numbers["utility against FedAMP"]  # (10 − 3) / 3
   text, files = R.compare_report(s, {}, tmp_path)
-  assert "| iPFL | 80.0 ± 0.0 | 10.00 ± 0.00 |" in text and "| FedAvg | 81.0" in text
+  # best, final (seeds 0, 1: 80 and 70 %), worst client, utility, min round, purchases, welfare (C · U)
+  assert "| iPFL | 80.00 ± 0.00 | 75.00 ± 7.07 | 50.0 ± 0.0 | 10.00 ± 0.00 | 0.000 ± 0.000 | 1.50 ± 0.00 | " \
+         "40.0 ± 0.0 |" in text and "| FedAvg | 81.00" in text
   assert sorted(f.name for f in files) == ["fig2_scatter.png", "fig3_utility.png"]
   assert all(f.stat().st_size > 1000 for f in files)
   worse = summary({"ipfl": (0.70, 1.0, -0.5), "ipfl_fedavg": (0.80, 2.0)})

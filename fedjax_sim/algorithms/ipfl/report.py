@@ -50,14 +50,21 @@ def _mean(summary, name, key) -> float:
 
 
 def compare_markdown(summary: dict) -> str:
+  """Fig. 2's numbers as a table: the best accuracy over rounds (the paper's figure), the deployed models' final
+  accuracy and worst client (the platform's per-client test metric after the last round), the utility, the
+  smallest round utility, the purchases and the welfare."""
   rows = [(n, lab) for n, lab in COMPARE_ROWS if n in summary["methods"]]
-  lines = ["| method | best accuracy (%) | utility Σ_t U (mean over clients) | min round utility | purchases per "
-           "client-round |", "|---|---|---|---|---|"]
+  lines = ["| method | best accuracy (%) | final accuracy (%) | worst client, final (%) | utility Σ_t U (mean over "
+           "clients) | min round utility | purchases per client-round | welfare Σ_t SW |",
+           "|---|---|---|---|---|---|---|---|"]
   for name, label in rows:
-    lines.append(f"| {label} | {cell(seed_values(summary, name, 'best_accuracy'), 100.0)} | "
+    lines.append(f"| {label} | {cell(seed_values(summary, name, 'best_accuracy'), 100.0, digits=2)} | "
+                 f"{cell(seed_values(summary, name, 'accuracy'), 100.0, digits=2)} | "
+                 f"{cell(seed_values(summary, name, 'accuracy_worst'), 100.0)} | "
                  f"{cell(seed_values(summary, name, 'utility_sum'), digits=2)} | "
                  f"{cell(seed_values(summary, name, 'min_round_utility'), digits=3)} | "
-                 f"{cell(seed_values(summary, name, 'mean_degree'), digits=2)} |")
+                 f"{cell(seed_values(summary, name, 'mean_degree'), digits=2)} | "
+                 f"{cell(seed_values(summary, name, 'welfare_sum'))} |")
   return "\n".join(lines)
 
 
