@@ -224,9 +224,12 @@ def select_seeds(summary: dict, per_seed: dict, seeds) -> tuple:
   ``timing`` is kept: it is the whole run's.
 
   Raises:
-    ValueError: naming a seed the run does not hold.
+    ValueError: naming a seed the run does not hold, or one named twice.
   """
   seeds = [int(s) for s in seeds]
+  twice = sorted({s for s in seeds if seeds.count(s) > 1})
+  if twice:  # a seed counted twice would weigh twice in the mean and shrink the std
+    raise ValueError(f"seed {', '.join(map(str, twice))} is named more than once")
   have = list(summary.get("config", {}).get("seeds", []))
   missing = [s for s in seeds if s not in have]
   if missing:

@@ -273,7 +273,7 @@ def test_report_cli_merges_runs_of_other_seeds_on_the_named_ones(tmp_path, capsy
   assert cells["n"] == f"{np.nanmean(auroc[1][:4] - 0.1):.3f} ± —"
   assert "Seeds 22;" in out
   for bad, words in ((["--seeds", "44"], ("a:", "no seed 44", "11, 22, 33")), (["--seeds", "x"], ("integers",)),
-                     (["--seeds", ","], ("no seed",))):
+                     (["--seeds", ","], ("no seed",)), (["--seeds", "22,11,22"], ("seed 22", "more than once"))):
     assert report.main([run_a, "--report", "table1", "--into", str(tmp_path / "never"), *bad]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and all(w in err[0] for w in words), err
