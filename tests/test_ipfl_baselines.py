@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from fedjax_sim.algorithms.ipfl import baselines
 
@@ -197,6 +197,23 @@ def test_simplex_projection_vmaps_and_handles_feasible_points():
   np.testing.assert_allclose(x, [[0.2, 0.3, 0.5], [0.5, 0.5, 0.0], [1 / 3] * 3], atol=1e-6)
   batched = jax.vmap(baselines.simplex_projection)(jnp.stack([y, y[::-1]]))
   np.testing.assert_allclose(np.asarray(batched), np.stack([x, x[::-1]]), atol=1e-7)
+
+
+@SOME
+@given(n=st.sampled_from([2, 5, 10]), seed=SEEDS, spread=st.sampled_from([0.05, 0.3, 1.0]))
+def test_simplex_projection_keeps_every_entry_exactly_when_none_is_a_share_below_the_mean(n, seed, spread):
+  """The projection of y has no zero entry iff every y_j − mean(y) > −1/n (then x = y − mean(y) + 1/n).
+
+  This is the density condition docs/IPFL.md §6 states for pFedGraph's rows (a neighbour is dropped only when its
+  y_j falls more than 1/m below the row's mean). Rows within 1e-3 of the boundary are skipped (float32).
+  """
+  y = np.random.default_rng(seed).normal(scale=spread, size=n)
+  margin = (y - y.mean()).min() + 1.0 / n
+  assume(abs(margin) >= 1e-3)
+  x = f64(project(y.astype(np.float32)))
+  assert (x > 0).all() == (margin > 0)
+  if margin > 0:
+    np.testing.assert_allclose(x, y - y.mean() + 1.0 / n, atol=1e-5)
 
 
 # --- pFedGraph -----------------------------------------------------------------------------------------------------
