@@ -295,8 +295,17 @@ def default_compile_workers(methods: int) -> int:
   return max(1, min(methods, (os.cpu_count() or 2) // 2, 8))
 
 
+@dataclasses.dataclass
+class MethodFault:
+  """A method whose run hit a non-finite loss or parameter; :func:`run_methods` with ``keep_going`` yields it in
+  the method's place (its results are not summarized: a diverged run has no figures to report)."""
+
+  name: str
+  error: NumericalFault
+
+
 def run_methods(names, config: ExperimentConfig, federation: Federation, options: RunOptions = RunOptions(),
-                workers: Optional[int] = None) -> Iterator[MethodRun]:
+                workers: Optional[int] = None, keep_going: bool = False) -> Iterator[MethodRun | MethodFault]:
   """Runs several methods in order, compiling ahead: while one method runs, up to ``workers``
   worker threads prepare and compile the next ones (XLA compiles without the GIL). Yields each
   :class:`MethodRun` as it finishes. ``workers = 0``: no compiling ahead, each method is
@@ -312,15 +321,25 @@ def run_methods(names, config: ExperimentConfig, federation: Federation, options
   next one runs. Each method's ``compile_s`` is its own compile time (longer when compiles share
   the cores); the wall-clock time saved shows in the experiment's total. If a method fails, the
   error propagates at once; compiles already running finish in their threads before the process
-  can exit (at most ``workers`` of them), those not started are dropped.
+  can exit (at most ``workers`` of them), those not started are dropped. With ``keep_going``, a
+  :class:`NumericalFault` (a run that diverged) is yielded as a :class:`MethodFault` and the next
+  methods still run: one diverging preset of a seven-row table costs its own row, not the others'.
   """
   names = list(names)
   if not names:
     return
   workers = default_compile_workers(len(names)) if workers is None else max(0, int(workers))
+  def guarded(name, run, *args):
+    if not keep_going:
+      return run(*args)
+    try:
+      return run(*args)
+    except NumericalFault as e:
+      return MethodFault(name, e)
+
   if workers == 0:
     for name in names:
-      yield run_method(name, config, federation, options)
+      yield guarded(name, run_method, name, config, federation, options)
     return
 
   def prepare_and_compile(name):
@@ -340,7 +359,7 @@ def run_methods(names, config: ExperimentConfig, federation: Federation, options
     for i in range(len(names)):
       prepared, compiled = futures.pop(i).result()
       submit(i + workers)  # keep ``workers`` methods compiling or compiled ahead of this one
-      run = prepared.execute(compiled)
+      run = guarded(names[i], prepared.execute, compiled)
       del prepared, compiled  # its inputs and executables can go before the next method runs
       yield run
   finally:  # on an error (or the caller stopping early) compiles not started are dropped

@@ -100,6 +100,9 @@ def write_report(out_dir: pathlib.Path, report: str, summary: dict, per_seed: di
   """Writes report ``report``'s ``REPORT.md`` and figures into ``out_dir``; returns their file names."""
   from fedjax_sim.algorithms.registry import reports
   text, files = reports()[report](summary, per_seed, out_dir)
+  if summary.get("faults"):  # rows a report would show but that diverged: say so where the table is read
+    text += "\n\n### Not in the table: stopped by a numerical fault\n\n" + "\n".join(
+        f"- {name}: {message}" for name, message in summary["faults"].items())
   (out_dir / f"{report}.md").write_text(text + "\n")
   return [f"{report}.md"] + [pathlib.Path(p).name for p in files]
 

@@ -255,7 +255,8 @@ def select_seeds(summary: dict, per_seed: dict, seeds) -> tuple:
 def merge_outputs(runs) -> tuple:
   """One ``(summary, per_seed)`` from several finished runs of the same federation and seeds (e.g. the ablation
   presets run apart from the Table 2 rows): the first run's summary, with every later run's methods that it does
-  not hold added in their order.
+  not hold added in their order. A method one run lost to a numerical fault (its ``faults``) stays listed as
+  faulted only while no run holds its results.
 
   Raises:
     ValueError: when the runs differ in seeds or federation (their rows would not be comparable).
@@ -276,6 +277,11 @@ def merge_outputs(runs) -> tuple:
       if name not in summary["methods"]:
         summary["methods"][name] = entry
         per_seed[name] = records[name]
+  faults = {name: message for s, _ in runs for name, message in (s.get("faults") or {}).items()
+            if name not in summary["methods"]}  # a row one run lost to a fault and no other run holds
+  summary.pop("faults", None)
+  if faults:
+    summary["faults"] = faults
   return summary, per_seed
 
 

@@ -5,7 +5,9 @@
 Runs the named experiment from ``configs/``, prints a results table and writes
 ``OUT/summary.json`` plus ``OUT/METHOD/seed_S.json`` (SPEC §6). Bad input gets
 one message on stderr, exit status 2, and no partial output; a numerical fault
-(a non-finite loss or parameter) exits with status 3.
+(a non-finite loss or parameter) exits with status 3: the methods that finished are
+written (``summary.json`` names the faulted ones under ``faults``), and nothing is
+written when none did.
 """
 from __future__ import annotations
 
@@ -323,23 +325,35 @@ def main(argv=None) -> int:
       else:
         pending.append(name)
     runs = len(config.seeds) * max(1, len(sweep.points))
-    for run in experiment.run_methods(pending, config, federation, options, workers):
+    faults = {}  # a method that diverged costs its own row; the others still run and are written
+    for run in experiment.run_methods(pending, config, federation, options, workers, keep_going=True):
+      if isinstance(run, experiment.MethodFault):
+        faults[run.name] = run.error
+        log(f"[fedjax_sim] {run.name}: stopped by a numerical fault (the error follows the results); "
+            "the other methods go on")
+        continue
       metric = run.metric
       log(_method_line(run, config, sweep, every, runs))
       methods[run.name], per_seed[run.name] = _json_safe(run.summary), _json_safe(run.per_seed)
       if ckpt is not None and writer:
         ckpt.mark_done(run.name, {"summary": methods[run.name], "per_seed": per_seed[run.name]})
-    methods = {name: methods[name] for name in config.methods}  # the config's order
+    if faults and not methods:  # nothing finished: nothing is written
+      raise next(iter(faults.values()))
+    methods = {name: methods[name] for name in config.methods if name in methods}  # the config's order
     summary = _summary(config, sweep, federation, methods, metric or _metric_of(methods), time.perf_counter() - t0)
+    if faults:
+      summary["faults"] = {name: str(e) for name, e in faults.items()}
     if writer:
       write_outputs(out_dir, summary, per_seed, config.report if not sweep else "")
-      if ckpt is not None and getattr(args, "remove_checkpoints", args.checkpoint_dir is None):
+      if ckpt is not None and not faults and getattr(args, "remove_checkpoints", args.checkpoint_dir is None):
         shutil.rmtree(ckpt.dir, ignore_errors=True)  # the default location lives inside OUT; the run is done
   except FedjaxSimError as e:
     print(f"error: {e}", file=sys.stderr)
     return getattr(e, "exit_code", 2)
   _print_results(summary, config, sweep, out_dir, log)
-  return 0
+  for e in faults.values():  # after the table, so that the run's last lines name what is missing from it
+    print(f"error: {e}", file=sys.stderr)
+  return next(iter(faults.values())).exit_code if faults else 0
 
 
 if __name__ == "__main__":

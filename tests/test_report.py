@@ -83,3 +83,25 @@ def test_table1_markdown_shows_the_papers_p2p_bandwidth_and_why_ours_differs():
   assert "The paper prints 1.00× for WPFed; SPEC §3.4 counts" in md
   del summary["methods"]["wpfed"]
   assert "The paper prints" not in table1_markdown(summary)  # the note only where such a row is shown
+
+
+def test_a_faulted_row_is_named_in_the_report_and_dropped_by_a_merge_that_holds_it(tmp_path, monkeypatch):
+  """A method lost to a numerical fault is named under the report's table; merging in a run that holds that method
+  clears the fault, and one that does not keeps it."""
+  from fedjax_sim import outputs, report
+  from fedjax_sim.algorithms import registry
+  monkeypatch.setattr(registry, "reports", lambda: {"fake": lambda s, p, d: ("| table |", [])})
+  base = {"config": {"seeds": [1]}, "federation": {"clients": 3, "train_rows": 9}, "methods": {"a": {"x": 1}}}
+  lost = dict(base, faults={"b": "non-finite loss or parameter in round 2 of method b (seed 1)",
+                            "c": "non-finite loss or parameter in round 5 of method c (seed 1)"})
+  written = outputs.write_report(tmp_path, "fake", lost, {})
+  text = (tmp_path / "fake.md").read_text()
+  assert written == ["fake.md"] and text.startswith("| table |")
+  assert "stopped by a numerical fault" in text and "- b: non-finite loss or parameter in round 2" in text
+  held = dict(base, methods={"b": {"x": 2}})
+  summary, per_seed = report.merge_outputs([(lost, {"a": []}), (held, {"b": []})])
+  assert list(summary["methods"]) == ["a", "b"] and list(summary["faults"]) == ["c"]
+  summary, _ = report.merge_outputs([(held, {"b": []}), (dict(base, methods={}, faults={"b": "x"}), {})])
+  assert "faults" not in summary and list(summary["methods"]) == ["b"]
+  outputs.write_report(tmp_path, "fake", base, {})
+  assert "numerical fault" not in (tmp_path / "fake.md").read_text()

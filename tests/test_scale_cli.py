@@ -147,6 +147,30 @@ def test_nonfinite_local_loss_names_the_first_center(tmp_path, capsys, monkeypat
   assert err.count("error:") == 1 and not out.exists()
 
 
+def test_a_faulting_method_costs_its_own_row_and_the_others_are_written(tmp_path, capsys, monkeypatch):
+  """Of several methods, the one that diverges is left out and named (summary.json ``faults``, one ``error:`` line
+  after the table, exit 3); the methods before and after it run and are written."""
+  real = execute.hyper_from_config
+
+  def poisoned(c, name=None):
+    h = real(c, name)
+    return h.replace(learner=h.learner.replace(learning_rate=jnp.float32(1e38))) if name == "fedavg" else h
+
+  monkeypatch.setattr(execute, "hyper_from_config", poisoned)
+  out = tmp_path / "some"
+  code = run.main(["local", "--rounds", "2", "--seeds", "1", "--set", "methods=local,fedavg,fedprox",
+                   "--out", str(out)] + TINY)
+  err = capsys.readouterr().err
+  assert code == 3
+  assert err.count("error:") == 1 and err.rstrip().splitlines()[-1].startswith("error: non-finite loss")
+  assert "in round 1 of method fedavg (seed 1)" in err
+  summary = json.loads((out / "summary.json").read_text())
+  assert list(summary["methods"]) == ["local", "fedprox"]
+  assert list(summary["faults"]) == ["fedavg"] and "round 1 of method fedavg" in summary["faults"]["fedavg"]
+  assert (out / "local" / "seed_1.json").exists() and (out / "fedprox" / "seed_1.json").exists()
+  assert not (out / "fedavg").exists()
+
+
 DEVICES_SCRIPT = r"""
 import json, sys
 import numpy as np
@@ -323,6 +347,17 @@ def test_run_methods_window_order_and_errors(monkeypatch, workers):
   fail.update({"m1": "run"})
   with pytest.raises(experiment.NumericalFault, match="fault in m1"):
     list(experiment.run_methods(names, None, None, workers=workers))
+  # keep_going: the fault takes the faulting method's place and the later methods still run.
+  log.clear()
+  runs = list(experiment.run_methods(names, None, None, workers=workers, keep_going=True))
+  assert [type(r).__name__ for r in runs] == ["MethodRun", "MethodFault"] + ["MethodRun"] * 4
+  assert runs[1].name == "m1" and "fault in m1" in str(runs[1].error)
+  assert [n for what, n in log if what == "run"] == names
+  # keep_going is about diverged runs only: any other error still stops the sequence.
+  log.clear()
+  fail.update({"m3": "compile"})
+  with pytest.raises(RuntimeError, match="compile of m3 failed"):
+    list(experiment.run_methods(names, None, None, workers=workers, keep_going=True))
   # A caller that stops after the first method: nothing else runs.
   log.clear()
   fail.clear()
