@@ -329,12 +329,13 @@ def run_methods(names, config: ExperimentConfig, federation: Federation, options
   if not names:
     return
   workers = default_compile_workers(len(names)) if workers is None else max(0, int(workers))
+
   def guarded(name, run, *args):
-    if not keep_going:
-      return run(*args)
     try:
       return run(*args)
     except NumericalFault as e:
+      if not keep_going:
+        raise
       return MethodFault(name, e)
 
   if workers == 0:

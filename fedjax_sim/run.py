@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from fedjax_sim.config import ConfigError, available_experiments, load_experiment, valid_keys
-from fedjax_sim.errors import FedjaxSimError
+from fedjax_sim.errors import FedjaxSimError, NumericalFault
 from fedjax_sim.outputs import (METRIC_LABELS, RESULTS_COLUMNS, _json_safe, _metric_of, results_table,  # noqa: F401
                                 write_outputs)  # RESULTS_COLUMNS, results_table: re-exported
 
@@ -353,7 +353,7 @@ def main(argv=None) -> int:
   _print_results(summary, config, sweep, out_dir, log)
   for e in faults.values():  # after the table, so that the run's last lines name what is missing from it
     print(f"error: {e}", file=sys.stderr)
-  return next(iter(faults.values())).exit_code if faults else 0
+  return NumericalFault.exit_code if faults else 0
 
 
 if __name__ == "__main__":
