@@ -100,6 +100,13 @@ def test_liars_table_beside_the_paper():
   assert dict((t, ok) for t, ok, _ in claims) == {"honest beats N × 0.1": True, "honest beats c × 5": False}
 
 
+def test_liars_report_says_which_side_of_the_comparison_is_missing():
+  honest_only = summary({"ipfl": (0.8, 5.0, 0.0, np.nan, 600.0)}, ipfl={"liar": 0})
+  assert "(no lying row in the run" in R.liars_report(honest_only, {}, None)[0]
+  lie_only = summary({"ipfl_liar_n10": (0.8, 5.0, 0.0, np.nan, 0.0)}, ipfl={"liar": 0})
+  assert "(no honest ipfl row in the run)" in R.liars_report(lie_only, {}, None)[0]
+
+
 def test_market_report_draws_the_transaction_graph(tmp_path):
   s = summary({"ipfl_playground": (0.8, 5.0)})
   text, files = R.market_report(s, {}, tmp_path)

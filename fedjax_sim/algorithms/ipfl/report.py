@@ -271,13 +271,20 @@ def liars_markdown(summary: dict) -> tuple:
   return "\n".join(lines), claims
 
 
+def _liars_missing(summary: dict) -> str:
+  """Why the target has nothing to compare: the honest row or every lying row is missing from the run."""
+  if "ipfl" not in summary["methods"]:
+    return "(no honest ipfl row in the run)"
+  return "(no lying row in the run: nothing to compare the honest report with)"
+
+
 def liars_report(summary: dict, per_seed: dict, out_dir: pathlib.Path) -> tuple:
   del per_seed, out_dir
   table, claims = liars_markdown(summary)
   liar = summary.get("config", {}).get("ipfl", {}).get("liar", "?")
   text = "\n\n".join([f"## Paper 003 Table 2: the liar's utility (client {liar})", table, _note(summary),
                       "### Issue 13's target: the honest report gives the liar the highest utility",
-                      claims_markdown(claims) if claims else "(no honest ipfl row in the run)"])
+                      claims_markdown(claims) if claims else _liars_missing(summary)])
   return text, []
 
 
