@@ -208,7 +208,7 @@ class PreparedMethod:
     runs = self.runs
     out = jax.tree_util.tree_map(lambda a: a[:runs], _host(out.replace(state=None)))  # the summary needs no models
     check_faults(name, out.fault, self.seeds, options.sweep, self.federation, options.checkpoints,
-                 self.algorithm.federated)
+                 self.algorithm.federated, self.algorithm.fault_hint)
     summary, per_seed = summarize_grid(name, self.points, options.sweep, self.federation, self.model,
                                        self.algorithm, out, metric=self.metric)
     placement = self.program.placement
@@ -427,8 +427,9 @@ def _host(tree):
 
 
 def check_faults(name, fault, seeds, sweep: Sweep, federation: Federation, ckpt: Optional[RunCheckpoints],
-                 federated: bool = True):
-  """Raises :class:`NumericalFault` for the first run (in run order) that hit a non-finite value."""
+                 federated: bool = True, hint: str = ""):
+  """Raises :class:`NumericalFault` for the first run (in run order) that hit a non-finite value; ``hint`` is the
+  method's own advice (:attr:`Algorithm.fault_hint`), added after the generic one."""
   rounds = np.asarray(fault.round)
   bad = np.flatnonzero(rounds > 0)
   if bad.size == 0:
@@ -453,4 +454,4 @@ def check_faults(name, fault, seeds, sweep: Sweep, federation: Federation, ckpt:
   raise NumericalFault(
       f"non-finite loss or parameter in round {int(rounds[r])} of method {name} ({where}); {center}. "
       f"{int(bad.size)} of {rounds.size} runs were affected. Lower learner.learning_rate or check the data "
-      f"for non-finite values.{last}")
+      f"for non-finite values.{' ' + hint if hint else ''}{last}")

@@ -81,6 +81,14 @@ def client_rows(fed) -> dict:
 # --- the compiled round, 4 rounds -----------------------------------------------------------------------------
 
 
+def test_only_the_market_rule_advises_on_its_prox_step_when_it_faults():
+  host = tiny_federation()
+  market, _ = registry.build_method("ipfl", CONFIG, host)
+  assert "ipfl.eta" in market.fault_hint and "N_j / N_i" in market.fault_hint
+  config = config_for_method(apply_overrides(CONFIG, {"methods": "ipfl_fedavg"}), registry.preset("ipfl_fedavg"))
+  assert registry.build_method("ipfl_fedavg", config, host)[0].fault_hint == ""
+
+
 @pytest.fixture(scope="module")
 def main_run():
   """The registry's ipfl on the tiny federation: the round jitted under a trace guard, run for 4 rounds."""

@@ -152,6 +152,21 @@ def test_nonfinite_value_is_caught_with_round_and_client(fed):
   assert int(clean.fault.round[0]) == 0
 
 
+def test_fault_error_names_the_run_and_adds_the_methods_own_advice(fed):
+  from fedjax_sim.errors import NumericalFault
+  from fedjax_sim.execute import check_faults
+  algorithm, model = toy(poison_round=3, poison_client=2)
+  out = Program(simulation_parts(algorithm, model, ROUNDS), hyper_batched=False,
+                placement=Placement()).run(_keys([3, 4]), fed, _hyper())
+  with pytest.raises(NumericalFault) as plain:
+    check_faults("toy", out.fault, [3, 4], None, fed, None)
+  assert str(plain.value).endswith("check the data for non-finite values.")
+  assert "round 3 of method toy (seed 3); first affected center: 2" in str(plain.value)
+  with pytest.raises(NumericalFault) as hinted:
+    check_faults("toy", out.fault, [3, 4], None, fed, None, hint="Shorten the toy's step.")
+  assert str(hinted.value) == str(plain.value) + " Shorten the toy's step."
+
+
 def test_swept_hyperparameters_are_one_program_and_equal_separate_runs(fed):
   algorithm, model = toy()
   traces = []

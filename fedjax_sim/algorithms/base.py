@@ -48,6 +48,8 @@ class Algorithm(NamedTuple):
       program (Centralized pools the train splits); identity for most methods.
     sent_params: parameters one client sends per exchange (for byte accounting).
     federated: False for reference rows that exchange no models (Centralized).
+    fault_hint: what else to try when the method goes non-finite, added to the fault's error line after the
+      generic advice (a learning rate, the data): the method's own step sizes.
   """
 
   name: str
@@ -57,6 +59,7 @@ class Algorithm(NamedTuple):
   prepare: Callable = lambda federation: federation
   sent_params: int = 0
   federated: bool = True
+  fault_hint: str = ""
 
 
 def nonfinite_rows(tree, num_clients: int) -> tuple:

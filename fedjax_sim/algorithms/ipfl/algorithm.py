@@ -474,8 +474,11 @@ def ipfl(model: Model, client_update, score, loss_fn, settings: IPFLConfig, *, n
 
   from fedjax_sim.data.federation import with_train_rows
   prepare = with_train_rows if rule == "fedfomo" else (lambda f: f)  # FedFomo scores neighbours on train rows
+  hint = ("iPFL's prox step (eq. 8) grows with ipfl.eta and with the graph's weights N_j / N_i, so an "
+          "under-reported N lengthens the liar's; a smaller ipfl.eta shortens it (scale ipfl.lam alike to keep "
+          "the penalty λ/(2η); λ also prices the graph): docs/IPFL.md §3." if rule == "market" else "")
   return Algorithm(name=name, init=init, round=round_fn, deployed=lambda s: (s.params, True), sent_params=sent,
-                   prepare=prepare)
+                   prepare=prepare, fault_hint=hint)
 
 
 GRAPH_CLIENTS = 64
