@@ -103,6 +103,10 @@ def write_report(out_dir: pathlib.Path, report: str, summary: dict, per_seed: di
   if summary.get("faults"):  # rows a report would show but that diverged: say so where the table is read
     text += "\n\n### Not in the table: stopped by a numerical fault\n\n" + "\n".join(
         f"- {name}: {message}" for name, message in summary["faults"].items())
+  if summary.get("seed_gaps"):  # pooled runs (python -m fedjax_sim.report --pool-seeds): rows over fewer seeds
+    text += "\n\n### Rows over fewer seeds than the others\n\n" + "\n".join(
+        f"- {name}: no seed {', '.join(map(str, gap['missing']))}" + (f" ({gap['fault']})" if gap.get("fault") else "")
+        for name, gap in summary["seed_gaps"].items())
   (out_dir / f"{report}.md").write_text(text + "\n")
   return [f"{report}.md"] + [pathlib.Path(p).name for p in files]
 

@@ -269,8 +269,10 @@ def merge_outputs(runs) -> tuple:
   for i, (other, records) in enumerate(runs[1:], start=2):
     if same(other) != same(summary):
       common = [s for s in same(summary)[0] or () if s in (same(other)[0] or ())]
-      hint = (f"; to compare them on their common seeds pass --seeds {','.join(map(str, common))}"
-              if common and same(other)[1:] == same(summary)[1:] else "")
+      hint = ""
+      if same(other)[1:] == same(summary)[1:]:
+        hint = (f"; to compare them on their common seeds pass --seeds {','.join(map(str, common))}, "
+                "or --pool-seeds" if common else "; pass --pool-seeds") + " to pool every run's seeds"
       raise ValueError(f"run {i} has other seeds, data or federation than run 1 (seeds {same(other)[0]} vs "
                        f"{same(summary)[0]}); a report compares rows of one federation{hint}")
     for name, entry in other["methods"].items():
@@ -282,6 +284,56 @@ def merge_outputs(runs) -> tuple:
   summary.pop("faults", None)
   if faults:
     summary["faults"] = faults
+  return summary, per_seed
+
+
+def pool_outputs(runs) -> tuple:
+  """One ``(summary, per_seed)`` from runs of one federation that hold other seeds (on a CPU a full-size run is
+  often one seed per invocation): every method's records of every seed any run holds of it (the first run that
+  holds a method's seed wins, as :func:`merge_outputs` keeps the first run's rows), and its entry re-aggregated
+  over them with :func:`fedjax_sim.summarize.seed_statistics`, as :func:`select_seeds` does. The seeds are every
+  run's, in the order they first appear. A method that lacks some of them is aggregated over the seeds it has
+  and named under ``seed_gaps`` (with the fault a run recorded for it, if any), which the report prints below its
+  table. The first run's ``timing`` is kept as it is.
+
+  Raises:
+    ValueError: when the runs differ in data or federation, or one is a sweep (its grid points are not pooled).
+  """
+  first = runs[0][0]
+  where = lambda s: (s.get("federation", {}).get("clients"), s.get("federation", {}).get("train_rows"),  # noqa: E731
+                     s.get("config", {}).get("data"))
+  for i, (other, _) in enumerate(runs, start=1):
+    if where(other) != where(first):
+      raise ValueError(f"run {i} has other data or federation than run 1; pooling seeds takes runs of one "
+                       "federation")
+    if any("grid" in entry for entry in other.get("methods", {}).values()):
+      raise ValueError(f"run {i} is a sweep, whose grid points --pool-seeds does not pool; pass --seeds to compare "
+                       "runs on the seeds they share")
+  seeds = []
+  for other, _ in runs:
+    seeds += [s for s in other.get("config", {}).get("seeds", []) if s not in seeds]
+  entries, held = {}, {}
+  for other, records in runs:
+    for name, entry in other.get("methods", {}).items():
+      entries.setdefault(name, entry)
+      for r in records.get(name, []):
+        held.setdefault(name, {}).setdefault(r["seed"], r)
+  metric = first.get("metric", "auroc")
+  faults = {name: message for other, _ in runs for name, message in (other.get("faults") or {}).items()}
+  methods, per_seed, gaps = {}, {}, {}
+  for name, entry in entries.items():
+    have = [s for s in seeds if s in held.get(name, {})]
+    methods[name], per_seed[name] = _seed_subset(entry, list(held.get(name, {}).values()), have, metric)
+    if len(have) < len(seeds):
+      gaps[name] = {"missing": [s for s in seeds if s not in have], **({"fault": faults[name]} if name in faults
+                                                                         else {})}
+  summary = {k: v for k, v in first.items() if k not in ("faults", "seed_gaps")}
+  summary.update(config={**first.get("config", {}), "seeds": seeds}, methods=methods)
+  lost = {name: message for name, message in faults.items() if name not in methods}
+  if lost:
+    summary["faults"] = lost
+  if gaps:
+    summary["seed_gaps"] = gaps
   return summary, per_seed
 
 
@@ -310,6 +362,8 @@ def main(argv=None) -> int:
   parser.add_argument("--into", default="", help="where to write (default: the first run's folder)")
   parser.add_argument("--seeds", default="", help="comma-separated seeds: report only these, every method "
                       "re-aggregated over them (merges runs of different seeds on the ones they share)")
+  parser.add_argument("--pool-seeds", action="store_true", help="pool runs of one federation that hold other seeds "
+                      "(one seed per invocation): every method over every seed any run holds of it")
   args = parser.parse_args(argv)
   out_dir = pathlib.Path(args.into or args.out[0])
   try:
@@ -320,11 +374,15 @@ def main(argv=None) -> int:
   if seeds is not None and not seeds:
     print("error: --seeds names no seed; pass comma-separated integers, e.g. 42,123", file=sys.stderr)
     return 2
+  if seeds is not None and args.pool_seeds:
+    print("error: --seeds and --pool-seeds do not combine; pass --seeds to compare runs on seeds they share, or "
+          "--pool-seeds to pool every run's seeds", file=sys.stderr)
+    return 2
   try:
     runs = [load_outputs(pathlib.Path(p)) for p in args.out]
     if seeds is not None:
       runs = [_named(p, select_seeds, *run, seeds) for p, run in zip(args.out, runs)]
-    summary, per_seed = merge_outputs(runs)
+    summary, per_seed = pool_outputs(runs) if args.pool_seeds else merge_outputs(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
   except (OSError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)

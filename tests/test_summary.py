@@ -278,3 +278,54 @@ def test_report_cli_merges_runs_of_other_seeds_on_the_named_ones(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and all(w in err[0] for w in words), err
   assert not (tmp_path / "never").exists()
+
+
+def test_pooled_seeds_are_the_summary_of_every_seed_at_once(tmp_path, capsys):
+  """``--pool-seeds``: runs of one federation holding other seeds (one seed per invocation) give each method the
+  entry a single run of all its seeds would have; a method missing a seed is named below the table."""
+  from fedjax_sim import report
+  from fedjax_sim.outputs import _json_safe, write_outputs
+  rows, auroc = subset_auroc()
+  full, full_records, _ = summarize_fake(rows, auroc, bytes_per_round=10.0)  # m over 11, 22, 33 in one run
+  runs = [written({"m": summarize_fake(rows, auroc[[0, 1]], seeds=(11, 22), bytes_per_round=10.0)[:2]}, (11, 22)),
+          written({"m": summarize_fake(rows, auroc[[2]], seeds=(33,), bytes_per_round=10.0)[:2],
+                   "n": summarize_fake(rows, auroc[[2]] - 0.1, seeds=(33,), bytes_per_round=10.0)[:2]}, (33,))]
+  runs[0][0]["faults"] = {"n": "non-finite loss or parameter in round 2 of method n (seed 11)"}
+  summary, per_seed = report.pool_outputs(runs)
+  assert summary["config"]["seeds"] == [11, 22, 33]
+  want = _json_safe(full)
+  entry = summary["methods"]["m"]
+  for key in set(want) - {"timing"}:
+    assert entry[key] == want[key], key
+  assert per_seed["m"] == _json_safe(full_records)
+  assert summary["methods"]["n"]["seeds"] == [33] and summary["methods"]["n"]["auroc_mean"] == pytest.approx(
+      np.nanmean(auroc[2] - 0.1))  # seed 33 alone scores every center but 4
+  assert summary["seed_gaps"] == {"n": {"missing": [11, 22], "fault": runs[0][0]["faults"]["n"]}}
+  assert "faults" not in summary  # n is held (seed 33): not lost, but over fewer seeds
+  # the first run that holds a method's seed wins
+  again, _ = report.pool_outputs([runs[0], written({"m": summarize_fake(rows, auroc[[1]] - 0.2, seeds=(22,))[:2]},
+                                                   (22,))])
+  assert again["methods"]["m"]["auroc_mean"] == runs[0][0]["methods"]["m"]["auroc_mean"]
+  # through the command line: the table over the pooled seeds, the gap below it
+  for i, outputs in enumerate(runs):
+    write_outputs(tmp_path / f"r{i}", *outputs)
+  paths = [str(tmp_path / "r0"), str(tmp_path / "r1")]
+  into = tmp_path / "pooled"
+  assert report.main([*paths, "--pool-seeds", "--report", "table1", "--into", str(into)]) == 0
+  out = capsys.readouterr().out
+  assert "Seeds 11, 22, 33;" in out and f"| m | {want['auroc_mean']:.3f} ± {want['auroc_std']:.3f} |" in out
+  assert "### Rows over fewer seeds than the others" in out and "- n: no seed 11, 22 (non-finite" in out
+  # refused: with --seeds, across federations, and for sweeps; nothing written
+  other = written({"m": summarize_fake(rows, auroc[[0]], seeds=(44,))[:2]}, (44,))
+  other[0]["federation"]["clients"] = 7
+  write_outputs(tmp_path / "other", *other)
+  for argv, words in (([*paths, "--pool-seeds", "--seeds", "11"], ("do not combine",)),
+                      ([paths[0], str(tmp_path / "other"), "--pool-seeds"], ("run 2", "other data or federation")),
+                      ([*paths], ("--pool-seeds",))):
+    assert report.main([*argv, "--report", "table1", "--into", str(tmp_path / "never")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and all(w in err[0] for w in words), err
+  assert not (tmp_path / "never").exists()
+  swept = ({**runs[1][0], "methods": {"m": {**runs[1][0]["methods"]["m"], "grid": []}}}, runs[1][1])
+  with pytest.raises(ValueError, match="sweep"):
+    report.pool_outputs([runs[0], swept])
