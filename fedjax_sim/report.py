@@ -252,6 +252,12 @@ def select_seeds(summary: dict, per_seed: dict, seeds) -> tuple:
   return {**summary, "config": config, "methods": methods}, records_out
 
 
+def _federation(summary) -> tuple:
+  """What makes two runs' rows comparable: the federation's size and the data settings it was built from."""
+  return (summary.get("federation", {}).get("clients"), summary.get("federation", {}).get("train_rows"),
+          summary.get("config", {}).get("data"))
+
+
 def merge_outputs(runs) -> tuple:
   """One ``(summary, per_seed)`` from several finished runs of the same federation and seeds (e.g. the ablation
   presets run apart from the Table 2 rows): the first run's summary, with every later run's methods that it does
@@ -264,8 +270,7 @@ def merge_outputs(runs) -> tuple:
   summary, per_seed = runs[0]
   summary = dict(summary, methods=dict(summary["methods"]))
   per_seed = dict(per_seed)
-  same = lambda s: (s.get("config", {}).get("seeds"), s.get("federation", {}).get("clients"),  # noqa: E731
-                    s.get("federation", {}).get("train_rows"), s.get("config", {}).get("data"))
+  same = lambda s: (s.get("config", {}).get("seeds"), *_federation(s))  # noqa: E731
   for i, (other, records) in enumerate(runs[1:], start=2):
     if same(other) != same(summary):
       common = [s for s in same(summary)[0] or () if s in (same(other)[0] or ())]
@@ -300,10 +305,8 @@ def pool_outputs(runs) -> tuple:
     ValueError: when the runs differ in data or federation, or one is a sweep (its grid points are not pooled).
   """
   first = runs[0][0]
-  where = lambda s: (s.get("federation", {}).get("clients"), s.get("federation", {}).get("train_rows"),  # noqa: E731
-                     s.get("config", {}).get("data"))
   for i, (other, _) in enumerate(runs, start=1):
-    if where(other) != where(first):
+    if _federation(other) != _federation(first):
       raise ValueError(f"run {i} has other data or federation than run 1; pooling seeds takes runs of one "
                        "federation")
     if any("grid" in entry for entry in other.get("methods", {}).values()):
