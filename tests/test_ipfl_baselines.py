@@ -564,3 +564,57 @@ def test_fedfomo_step_matches_a_loop_and_reverts(seed):
     np.testing.assert_allclose(new[i], want, rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(w[0], 0.0)
   np.testing.assert_allclose(new[0], start[0], atol=1e-6)
+
+
+def _prox_pull_script():
+  import importlib.util
+  import pathlib
+  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "ipfl_prox_pull.py"
+  spec = importlib.util.spec_from_file_location("ipfl_prox_pull", path)
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  return script
+
+
+@pytest.mark.parametrize("lam", [0.0, 1.0])
+def test_prox_pull_trace_matches_a_plain_loop(lam):
+  # benchmarks/ipfl_prox_pull.py (docs/IPFL.md §7, Ditto beside a free rider): its scanned trace equals a Python
+  # loop of value_and_grad + optax steps on CE + λ/2 ‖θ − center‖², read before each update
+  import optax
+  script = _prox_pull_script()
+  rng = np.random.default_rng(0)
+  params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "b": jnp.zeros((3,), jnp.float32)}
+  center = {"w": jnp.ones((4, 3), jnp.float32), "b": jnp.ones((3,), jnp.float32)}
+  bx = jnp.asarray(rng.normal(size=(6, 5, 4)), jnp.float32)
+  by = jnp.asarray(rng.integers(0, 3, (6, 5)), jnp.int32)
+
+  def loss(p, x, y):
+    logits = x @ p["w"] + p["b"]
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y)), logits
+
+  opt = optax.chain(optax.add_decayed_weights(1e-5), optax.sgd(0.05, momentum=0.9))
+  trace = jax.device_get(jax.jit(lambda p: script.trace_steps(loss, opt, p, center, bx, by, lam))(params))
+  p, s = params, opt.init(params)
+  for k in range(6):
+    def objective(q):
+      ce, logits = loss(q, bx[k], by[k])
+      pull = sum(jnp.sum((q[n] - center[n]) ** 2) for n in ("w", "b"))
+      return ce + lam / 2 * pull, (ce, jnp.max(jnp.abs(logits)))
+    (value, (ce, logit)), g = jax.value_and_grad(objective, has_aux=True)(p)
+    u, s = opt.update(g, s, p)
+    p = optax.apply_updates(p, u)
+    dist = np.sqrt(sum(float(jnp.sum((p[n] - center[n]) ** 2)) for n in ("w", "b")))
+    np.testing.assert_allclose(trace["loss"][k], value, rtol=1e-5)
+    np.testing.assert_allclose(trace["ce"][k], ce, rtol=1e-5)
+    np.testing.assert_allclose(trace["logit"][k], logit, rtol=1e-5)
+    np.testing.assert_allclose(trace["grad"][k], optax.global_norm(g), rtol=1e-5)
+    np.testing.assert_allclose(trace["dist"][k], dist, rtol=1e-5)
+  assert script.first_nonfinite(trace) == 0
+
+
+def test_prox_pull_first_nonfinite_is_one_based_and_looks_at_every_series():
+  script = _prox_pull_script()
+  finite = {"loss": np.ones(4), "ce": np.ones(4)}
+  assert script.first_nonfinite(finite) == 0
+  assert script.first_nonfinite(dict(finite, ce=np.array([1.0, 1.0, np.inf, np.nan]))) == 3
+  assert script.first_nonfinite(dict(finite, loss=np.array([np.nan, 1.0, 1.0, 1.0]))) == 1
