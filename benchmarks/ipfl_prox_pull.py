@@ -3,7 +3,7 @@ training of round 2, step by step.
 
 Ditto (Li et al. 2021, issue 13: λ = 1) trains each client's personal model v_i on CE(v) + λ/2 ‖v − w‖², where w
 is the global model, FedAvg's n-weighted mean of the uploads. An all-ones upload (paper 003's same-value free rider)
-puts about 1/9 of a vector of ones into w, and the LeNet's logits at w are of order 1e5. FedAvg's clients start
+puts about 1/9 of a vector of ones into w, and the LeNet's logits at w reach about 6e5. FedAvg's clients start
 *at* w: their first SGD step is huge, the ReLUs die and the model sits, finite, at one class. Ditto's personal
 model starts at its healthy round-1 model and is *pulled* toward w by the quadratic term; each time the pull brings
 it back into the region where CE's gradient is large, the gradient throws it further out.
@@ -38,6 +38,8 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
+from fedjax_sim.algorithms.ipfl import market as M  # noqa: E402
+
 
 def trace_steps(loss, optimizer, params, center, batches_x, batches_y, lam):
   """Local training on ``loss(params, x, y) -> (mean CE, logits)`` plus ``lam/2 ‖θ − center‖²``, one step per
@@ -51,9 +53,8 @@ def trace_steps(loss, optimizer, params, center, batches_x, batches_y, lam):
 
   def objective(p, x, y):
     ce, logits = loss(p, x, y)
-    pull = sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree_util.tree_leaves(p),
-                                                      jax.tree_util.tree_leaves(center)))
-    return ce + lam / 2.0 * pull, (ce, jnp.max(jnp.abs(logits)))
+    # Ditto's local term as the compiled round computes it (ipfl.algorithm.local_regularizer: κ/2 ‖θ − center‖²)
+    return ce + M.prox_penalty(p, center, lam, 1.0), (ce, jnp.max(jnp.abs(logits)))
 
   def step(carry, batch):
     p, s = carry

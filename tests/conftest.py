@@ -27,6 +27,17 @@ import pytest
 from fedjax_sim.data.cohorts import Cohorts, SiteCohort
 
 
+def load_benchmark(name: str):
+  """The module of ``benchmarks/<name>.py`` (scripts, not a package), loaded from this checkout for their tests."""
+  import importlib.util
+  import pathlib
+  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def make_cohorts(num_sites=6, num_features=5, seed=0, sizes=None):
   """A small random federation with a learnable linear signal and uneven site sizes."""
   rng = np.random.default_rng(seed)

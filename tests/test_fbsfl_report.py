@@ -15,6 +15,7 @@ from fedjax_sim.algorithms.fbsfl import report as R
 from fedjax_sim.config import apply_overrides, load_experiment
 from fedjax_sim.errors import ConfigError
 from fedjax_sim.outputs import write_outputs
+from tests.conftest import load_benchmark
 
 ROUNDS, N = 6, 4
 
@@ -239,15 +240,10 @@ def test_single_class_script_reads_rounds_where_the_model_predicts_one_class(tmp
   over clients with validation rows of c's share), checked against a loop; a curve is read round by round, and
   main() rebuilds the federation from a run's summary.json (a fabricated Fashion-MNIST, no real files)."""
   import dataclasses
-  import importlib.util
-  import pathlib
   from fedjax_sim.build import build_federation
   from fedjax_sim.config import load_experiment
   from tests.test_sources import fake_fashion_mnist
-  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "single_class.py"
-  spec = importlib.util.spec_from_file_location("single_class", path)
-  script = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(script)
+  script = load_benchmark("single_class")
 
   y = np.array([[0, 1, 1, 2], [2, 2, 0, 0], [1, 1, 1, 1]])
   m = np.array([[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])  # client 2 has no validation rows

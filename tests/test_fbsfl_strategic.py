@@ -11,6 +11,7 @@ from fedjax_sim.algorithms import registry
 from fedjax_sim.algorithms.fbsfl import strategic as ST
 from fedjax_sim.algorithms.fbsfl.baselines import FLAT_FEE
 from fedjax_sim.config import ExperimentConfig, apply_overrides
+from tests.conftest import load_benchmark
 
 N, K, ROUNDS = 40, 4, 30
 
@@ -66,13 +67,8 @@ def test_an_unknown_pricing_is_refused():
 
 
 def test_the_participation_script_reports_each_variant_against_its_definitions(tmp_path, capsys):
-  import importlib.util
   import json
-  import pathlib
-  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "fbsfl_participation.py"
-  spec = importlib.util.spec_from_file_location("fbsfl_participation", path)
-  script = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(script)
+  script = load_benchmark("fbsfl_participation")
   out = tmp_path / "p.json"
   assert script.main(["--seeds", "5,6", "--num-seeds", "3", "--rounds", "12", "--clients", "10", "--k", "2",
                       "--json", str(out)]) == 0

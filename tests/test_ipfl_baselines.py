@@ -12,6 +12,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from fedjax_sim.algorithms.ipfl import baselines
+from tests.conftest import load_benchmark
 
 SOME = settings(max_examples=50, deadline=None)
 SEEDS = st.integers(0, 2**31 - 1)
@@ -566,22 +567,12 @@ def test_fedfomo_step_matches_a_loop_and_reverts(seed):
   np.testing.assert_allclose(new[0], start[0], atol=1e-6)
 
 
-def _prox_pull_script():
-  import importlib.util
-  import pathlib
-  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "ipfl_prox_pull.py"
-  spec = importlib.util.spec_from_file_location("ipfl_prox_pull", path)
-  script = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(script)
-  return script
-
-
 @pytest.mark.parametrize("lam", [0.0, 1.0])
 def test_prox_pull_trace_matches_a_plain_loop(lam):
   # benchmarks/ipfl_prox_pull.py (docs/IPFL.md §7, Ditto beside a free rider): its scanned trace equals a Python
   # loop of value_and_grad + optax steps on CE + λ/2 ‖θ − center‖², read before each update
   import optax
-  script = _prox_pull_script()
+  script = load_benchmark("ipfl_prox_pull")
   rng = np.random.default_rng(0)
   params = {"w": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "b": jnp.zeros((3,), jnp.float32)}
   center = {"w": jnp.ones((4, 3), jnp.float32), "b": jnp.ones((3,), jnp.float32)}
@@ -613,7 +604,7 @@ def test_prox_pull_trace_matches_a_plain_loop(lam):
 
 
 def test_prox_pull_first_nonfinite_is_one_based_and_looks_at_every_series():
-  script = _prox_pull_script()
+  script = load_benchmark("ipfl_prox_pull")
   finite = {"loss": np.ones(4), "ce": np.ones(4)}
   assert script.first_nonfinite(finite) == 0
   assert script.first_nonfinite(dict(finite, ce=np.array([1.0, 1.0, np.inf, np.nan]))) == 3

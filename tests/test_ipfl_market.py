@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fedjax_sim.algorithms.ipfl import market
+from tests.conftest import load_benchmark
 
 MANY = settings(max_examples=200, deadline=None)
 SIZES = (2, 3, 5, 8)  # a few fixed sizes: each jitted function compiles once per size
@@ -432,12 +433,7 @@ def test_spec_roots_let_a_huge_data_claim_stop_the_market():
 def test_undercut_script_matches_its_closed_form(x, y, lam):
   # benchmarks/ipfl_undercut.py (docs/IPFL.md §7): at equal sizes an attacker reporting c = 0 at d_a = 1 is bought
   # by every honest buyer when it is the cheapest seller (nearest honest d > d_a − c/λ), and here by none otherwise
-  import importlib.util
-  import pathlib
-  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "ipfl_undercut.py"
-  spec = importlib.util.spec_from_file_location("ipfl_undercut", path)
-  script = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(script)
+  script = load_benchmark("ipfl_undercut")
   d = script.market_distances(9, 3, x, y, 1.0)
   assert d[0, 1] == np.float32(x) and d[0, 3] == np.float32(y) and d[0, 8] == 1.0 and d[8, 8] == 0.0
   out = script.attacker_round(d, 5333.0, 5e5, 1.0, lam)
