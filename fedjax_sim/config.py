@@ -223,10 +223,14 @@ def _kind(default: Any, elem: Any = "") -> str:
   return "a string"
 
 
+def did_you_mean(name: str, choices) -> str:
+  """' Did you mean a, b?' for the up to three closest choices, or '' when none is close."""
+  close = difflib.get_close_matches(name, list(choices), n=3)
+  return f" Did you mean {', '.join(close)}?" if close else ""
+
+
 def _unknown(key: str, choices) -> ConfigError:
-  close = difflib.get_close_matches(key, choices, n=3)
-  hint = f" Did you mean {', '.join(close)}?" if close else ""
-  return ConfigError(f"unknown config key {key!r}.{hint} Valid keys: {', '.join(choices)}")
+  return ConfigError(f"unknown config key {key!r}.{did_you_mean(key, choices)} Valid keys: {', '.join(choices)}")
 
 
 def apply_overrides(config: ExperimentConfig, overrides: dict) -> ExperimentConfig:
@@ -297,7 +301,7 @@ def validate(config: ExperimentConfig) -> None:
     raise ConfigError("methods is empty; choose from: " + ", ".join(METHODS))
   for m in config.methods:
     if m not in METHODS:
-      raise ConfigError(f"unknown method {m!r}; choose from: {', '.join(METHODS)}")
+      raise ConfigError(f"unknown method {m!r}.{did_you_mean(m, METHODS)} Choose from: {', '.join(METHODS)}")
   for key, value in _settings(config):  # one finiteness check for every float setting
     for v in value if isinstance(value, tuple) else (value,):
       if isinstance(v, float) and not (math.isfinite(v) and abs(v) <= FLOAT32_MAX):
@@ -355,9 +359,7 @@ def load_experiment(name: str, overrides: Optional[dict] = None) -> ExperimentCo
   path = CONFIG_DIR / f"{name}.toml"
   if not path.is_file():
     choices = available_experiments()
-    close = difflib.get_close_matches(name, choices, n=3)
-    hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise ConfigError(f"unknown experiment {name!r}.{hint} Available: {', '.join(choices)}")
+    raise ConfigError(f"unknown experiment {name!r}.{did_you_mean(name, choices)} Available: {', '.join(choices)}")
   try:
     table = tomllib.loads(path.read_text())
   except tomllib.TOMLDecodeError as e:

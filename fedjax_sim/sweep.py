@@ -27,7 +27,7 @@ import dataclasses
 import itertools
 from typing import Sequence
 
-from fedjax_sim.config import ExperimentConfig, apply_overrides, valid_keys
+from fedjax_sim.config import ExperimentConfig, apply_overrides, did_you_mean, valid_keys
 from fedjax_sim.errors import ConfigError
 
 def sweepable() -> tuple:
@@ -89,7 +89,7 @@ def resolve_key(key: str, methods: Sequence[str]) -> str:
         f"--sweep {known[0]}: this setting changes array shapes or program structure, so it cannot be swept "
         f"inside one compiled program; run its values as separate experiments with --set {known[0]}=VALUE. "
         f"Sweepable keys: {', '.join(sweepable())}")
-  raise ConfigError(f"--sweep: unknown key {key!r}. Sweepable keys: {', '.join(sweepable())}")
+  raise ConfigError(f"--sweep: unknown key {key!r}.{did_you_mean(key, keys)} Sweepable keys: {', '.join(keys)}")
 
 
 def parse_sweep(items: Sequence[str], config: ExperimentConfig) -> Sweep:

@@ -50,6 +50,7 @@ def test_sweep_kappa_epsilon_is_one_program_with_a_grid_entry_per_point(tmp_path
     ("hidden=8,16", "changes array shapes or program structure"),
     ("rounds=2,3", "changes array shapes or program structure"),
     ("nonsense=1,2", "unknown key"),
+    ("fedprox.mus=0.1,0.2", "unknown key 'fedprox.mus'. Did you mean fedprox.mu"),
     ("kappa=0,1", "abps.kappa must be ≥ 1"),
     ("mu=0.1,0.2", "ambiguous"),
     ("abps.kappa=1,2", "none of this run's methods (fedavg) reads it"),
