@@ -45,6 +45,9 @@ def test_compare_claims_follow_their_definitions(tmp_path):
   worse = summary({"ipfl": (0.70, 1.0, -0.5), "ipfl_fedavg": (0.80, 2.0)})
   claims = {text: ok for text, ok, _ in R.compare_claims(worse)}
   assert not any(claims.values())  # lower utility, 10 points behind, a negative round utility
+  baselines_only = summary({"ipfl_local": (0.70, 0.0), "ipfl_fedavg": (0.80, 2.0)})
+  assert R.compare_claims(baselines_only) == []
+  assert R.compare_report(baselines_only, {}, tmp_path)[0].endswith("### Issue 13's targets\n\n(no ipfl row in the run)")
 
 
 def test_attacks_table_and_claims():
